@@ -1,0 +1,48 @@
+"""The ``tokenizers`` backend (the optional ``hf`` extra)."""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Sequence
+
+from . import Tokenizer, TokenizerError, TokenizerFiles
+
+# encode() holds the GIL for the whole call; encode_batch_fast releases it, and
+# without parallelism it does so without spawning a Rayon pool per process.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+class HFTokenizer(Tokenizer):
+    backend = "hf"
+
+    def __init__(self, files: TokenizerFiles):
+        try:
+            import tokenizers
+        except ImportError as e:  # pragma: no cover - guarded by load_tokenizer
+            raise TokenizerError("the 'hf' backend needs the tokenizers package (pip install mtok[hf])") from e
+        try:
+            self._tok = tokenizers.Tokenizer.from_file(files.json_path)
+        except Exception as e:
+            raise TokenizerError(f"cannot load {files.json_path!r}: {e}") from e
+        self._encode_batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        super().__init__(files)
+
+    def _vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def _added_tokens(self) -> Dict[int, tuple]:
+        return {i: (t.content, t.special) for i, t in self._tok.get_added_tokens_decoder().items()}
+
+    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> List[List[int]]:
+        return [e.ids for e in self._encode_batch(list(texts), add_special_tokens=add_special_tokens)]
+
+    def _decode_batch(self, seqs: Sequence[Sequence[int]], skip_special_tokens: bool) -> List[str]:
+        if len(seqs) == 1:
+            return [self._tok.decode(list(seqs[0]), skip_special_tokens=skip_special_tokens)]
+        return self._tok.decode_batch([list(s) for s in seqs], skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, token_id: int) -> Optional[str]:
+        return self._tok.id_to_token(token_id)
+
+    def token_to_id(self, token: str) -> Optional[int]:
+        return self._tok.token_to_id(token)
