@@ -1,0 +1,125 @@
+"""Splitting a string the way tokenizers' ``NormalizedString::split`` does.
+
+A *pattern* cuts a string into contiguous spans ``(start, end, is_match)`` that
+cover it; a *behavior* then decides what happens to the matched spans.  Offsets
+are character indices (tokenizers uses bytes; every cut falls on a character
+boundary, so the pieces are the same).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Pattern, Tuple
+
+from .. import TokenizerError
+
+Span = Tuple[int, int, bool]
+
+BEHAVIORS = ("Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous")
+
+
+def find_matches(regex: Pattern[str], text: str) -> List[Tuple[int, int]]:
+    """Match positions in the order, and with the empty-match rule, of rust-onig's ``find_iter``.
+
+    Python's ``finditer`` accepts an empty match right after a non-empty one;
+    onig drops it.  Only patterns that can match the empty string are affected,
+    so the common case stays a plain ``finditer``.
+    """
+    spans = [m.span() for m in regex.finditer(text)]
+    if all(s != e for s, e in spans):
+        return spans
+    spans = []
+    pos, after_non_empty, n = 0, False, len(text)
+    while pos <= n:
+        m = regex.search(text, pos)
+        if m is None:
+            break
+        s, e = m.span()
+        if s == e:
+            pos = e + 1
+            if after_non_empty:
+                after_non_empty = False
+                continue
+        else:
+            pos = e
+            after_non_empty = True
+        spans.append((s, e))
+    return spans
+
+
+def regex_spans(regex: Pattern[str], text: str, invert: bool = False) -> List[Span]:
+    """Cover ``text`` with the regex matches and the gaps between them."""
+    if not text:
+        return [(0, 0, invert)]
+    spans: List[Span] = []
+    prev = 0
+    for s, e in find_matches(regex, text):
+        if prev != s:
+            spans.append((prev, s, invert))
+        spans.append((s, e, not invert))
+        prev = e
+    if prev != len(text):
+        spans.append((prev, len(text), invert))
+    return spans
+
+
+def char_spans(pred: Callable[[str], bool], text: str) -> List[Span]:
+    """Every character satisfying ``pred`` is a match of its own."""
+    if not text:
+        return [(0, 0, False)]
+    spans: List[Span] = []
+    last = 0
+    for i, c in enumerate(text):
+        if pred(c):
+            if last < i:
+                spans.append((last, i, False))
+            spans.append((i, i + 1, True))
+            last = i + 1
+    if last < len(text):
+        spans.append((last, len(text), False))
+    return spans
+
+
+def apply_behavior(spans: List[Span], behavior: str) -> List[Tuple[int, int]]:
+    """The ranges kept once ``behavior`` has dealt with the matches."""
+    if behavior == "Isolated":
+        return [(s, e) for s, e, _ in spans]
+    if behavior == "Removed":
+        return [(s, e) for s, e, m in spans if not m]
+    out: List[List[int]] = []
+    previous = False
+    if behavior == "Contiguous":
+        for s, e, m in spans:
+            if m == previous and out:
+                out[-1][1] = e
+            else:
+                out.append([s, e])
+            previous = m
+    elif behavior == "MergedWithPrevious":
+        for s, e, m in spans:
+            if m and not previous and out:
+                out[-1][1] = e
+            else:
+                out.append([s, e])
+            previous = m
+    elif behavior == "MergedWithNext":
+        for s, e, m in reversed(spans):
+            if m and not previous and out:
+                out[-1][0] = s
+            else:
+                out.append([s, e])
+            previous = m
+        out.reverse()
+    else:
+        raise TokenizerError(f"unknown split behavior {behavior!r}")
+    return [(s, e) for s, e in out]
+
+
+def split(text: str, spans: List[Span], behavior: str) -> List[str]:
+    """The non-empty pieces of ``text`` (empty ones are dropped, as tokenizers does)."""
+    return [text[s:e] for s, e in apply_behavior(spans, behavior) if s != e]
+
+
+def check_behavior(behavior: str, component: str) -> str:
+    if behavior not in BEHAVIORS:
+        raise TokenizerError(f"{component}: unknown behavior {behavior!r}")
+    return behavior

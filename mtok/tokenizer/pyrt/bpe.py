@@ -1,0 +1,204 @@
+"""The BPE model: a word in, token ids out.
+
+Merges are kept as one dict from a packed pair of ids to a packed
+``(rank, merged id)``, so finding the best merge is an integer ``min``.  The
+pipeline caches whole words; this module only runs on cache misses.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .. import TokenizerError
+
+_SHIFT = 32
+_MASK = (1 << _SHIFT) - 1
+_NONE = 1 << 62  # "no merge": ranks are below 2**30, so this packs above any real one
+# Words with more symbols than this merge with a heap instead of rescans.
+_LINEAR_LIMIT = 256
+BYTE_TOKENS = tuple(f"<0x{b:02X}>" for b in range(256))
+
+
+class BPE:
+    """Byte-pair encoding with tokenizers' options (dropout is ignored, as at inference)."""
+
+    def __init__(
+        self,
+        vocab: Dict[str, int],
+        merges: Sequence[Tuple[str, str]],
+        unk_token: Optional[str] = None,
+        continuing_subword_prefix: Optional[str] = None,
+        end_of_word_suffix: Optional[str] = None,
+        fuse_unk: bool = False,
+        byte_fallback: bool = False,
+        ignore_merges: bool = False,
+    ):
+        self.vocab = vocab
+        self.vocab_r = {i: t for t, i in vocab.items()}
+        self.unk_token = unk_token
+        self.prefix = continuing_subword_prefix
+        self.suffix = end_of_word_suffix
+        self.fuse_unk = fuse_unk
+        self.byte_fallback = byte_fallback
+        self.ignore_merges = ignore_merges
+        self._merges = self._build_merges(merges)
+
+    def _build_merges(self, merges: Sequence[Tuple[str, str]]) -> Dict[int, int]:
+        vocab = self.vocab
+        strip = len(self.prefix.encode()) if self.prefix else 0
+        table: Dict[int, int] = {}
+        for rank, (a, b) in enumerate(merges):
+            a_id, b_id = vocab.get(a), vocab.get(b)
+            if a_id is None or b_id is None:
+                raise TokenizerError(f"BPE: merge token {a if a_id is None else b!r} is not in the vocabulary")
+            merged = a + (b.encode()[strip:].decode("utf-8", "replace") if strip else b)
+            new_id = vocab.get(merged)
+            if new_id is None:
+                raise TokenizerError(f"BPE: merged token {merged!r} is not in the vocabulary")
+            # A repeated pair keeps its last rank, as the Rust HashMap does.
+            table[(a_id << _SHIFT) | b_id] = (rank << _SHIFT) | new_id
+        return table
+
+    @classmethod
+    def from_json(cls, d: dict) -> "BPE":
+        vocab, merges = d.get("vocab"), d.get("merges")
+        if not isinstance(vocab, dict) or not isinstance(merges, list):
+            raise TokenizerError("BPE: missing vocab/merges")
+        dropout = d.get("dropout")
+        if dropout is not None and not 0.0 <= dropout <= 1.0:
+            raise TokenizerError("BPE: dropout should be between 0 and 1, inclusive")
+        return cls(
+            vocab,
+            _parse_merges(merges),
+            unk_token=d.get("unk_token"),
+            continuing_subword_prefix=d.get("continuing_subword_prefix"),
+            end_of_word_suffix=d.get("end_of_word_suffix"),
+            fuse_unk=bool(d.get("fuse_unk")),
+            byte_fallback=bool(d.get("byte_fallback")),
+            ignore_merges=bool(d.get("ignore_merges")),
+        )
+
+    # -- the model interface -------------------------------------------------------
+    def tokenize(self, word: str) -> List[int]:
+        if not word:
+            return []
+        if self.ignore_merges:
+            whole = self.vocab.get(word)
+            if whole is not None:
+                return [whole]
+        return self._merge(self._symbols(word))
+
+    def token_to_id(self, token: str) -> Optional[int]:
+        return self.vocab.get(token)
+
+    def id_to_token(self, i: int) -> Optional[str]:
+        return self.vocab_r.get(i)
+
+    def get_vocab_size(self) -> int:
+        return len(self.vocab)
+
+    # -- internals -----------------------------------------------------------------
+    def _symbols(self, word: str) -> List[int]:
+        """One id per character, before any merge (tokenizers' ``merge_word``)."""
+        vocab = self.vocab
+        if not self.prefix and not self.suffix:
+            ids = [vocab.get(c) for c in word]
+            if None not in ids:
+                return ids  # type: ignore[return-value]
+        out: List[int] = []
+        unk: Optional[int] = None  # a pending unknown, emitted when a known piece follows
+        last = len(word) - 1
+        for i, c in enumerate(word):
+            if i and self.prefix is not None:
+                c = self.prefix + c
+            if i == last and self.suffix is not None:
+                c += self.suffix
+            known = vocab.get(c)
+            if known is not None:
+                if unk is not None:
+                    out.append(unk)
+                    unk = None
+                out.append(known)
+                continue
+            if self.byte_fallback:
+                byte_ids = [vocab.get(BYTE_TOKENS[b]) for b in c.encode()]
+                if None not in byte_ids:
+                    out.extend(byte_ids)  # type: ignore[arg-type]
+                    continue
+            if self.unk_token is None:
+                continue
+            if unk is not None and self.fuse_unk:
+                continue
+            if unk is not None:
+                out.append(unk)
+            unk = vocab.get(self.unk_token)
+            if unk is None:
+                raise TokenizerError(f"BPE: unk token {self.unk_token!r} is not in the vocabulary")
+        if unk is not None:
+            out.append(unk)
+        return out
+
+    def _merge(self, ids: List[int]) -> List[int]:
+        """Apply the lowest-ranked merge (leftmost on ties) until none applies."""
+        if len(ids) > _LINEAR_LIMIT:
+            return self._merge_heap(ids)
+        get = self._merges.get
+        ranks = [get((a << _SHIFT) | b, _NONE) for a, b in zip(ids, ids[1:])]
+        while ranks:
+            best = min(ranks)
+            if best == _NONE:
+                break
+            i = ranks.index(best)
+            ids[i : i + 2] = [best & _MASK]
+            del ranks[i]
+            if i:
+                ranks[i - 1] = get((ids[i - 1] << _SHIFT) | ids[i], _NONE)
+            if i < len(ranks):
+                ranks[i] = get((ids[i] << _SHIFT) | ids[i + 1], _NONE)
+        return ids
+
+    def _merge_heap(self, ids: List[int]) -> List[int]:
+        """The same merges in O(n log n), over a linked list of symbols."""
+        get = self._merges.get
+        n = len(ids)
+        syms: List[Optional[int]] = list(ids)
+        nxt = list(range(1, n)) + [-1]
+        prv = list(range(-1, n - 1))
+        heap = [(r, i) for i, r in enumerate(get((a << _SHIFT) | b) for a, b in zip(ids, ids[1:])) if r is not None]
+        heapq.heapify(heap)
+        while heap:
+            packed, i = heapq.heappop(heap)
+            j = nxt[i]
+            left = syms[i]
+            if left is None or j < 0 or get((left << _SHIFT) | syms[j]) != packed:  # type: ignore[operator]
+                continue  # stale entry
+            syms[i] = merged = packed & _MASK
+            syms[j] = None
+            k = nxt[i] = nxt[j]
+            if k >= 0:
+                prv[k] = i
+                right = get((merged << _SHIFT) | syms[k])  # type: ignore[operator]
+                if right is not None:
+                    heapq.heappush(heap, (right, i))
+            p = prv[i]
+            if p >= 0:
+                before = get((syms[p] << _SHIFT) | merged)  # type: ignore[operator]
+                if before is not None:
+                    heapq.heappush(heap, (before, p))
+        return [s for s in syms if s is not None]
+
+
+def _parse_merges(merges: list) -> List[Tuple[str, str]]:
+    """Both serialised forms: ``"a b"`` strings (legacy) and ``["a", "b"]`` pairs."""
+    if all(isinstance(m, str) for m in merges):
+        pairs = []
+        for n, line in enumerate(m for m in merges if not m.startswith("#version")):
+            parts = line.split(" ")
+            if len(parts) != 2:
+                raise TokenizerError(f"BPE: merges invalid at line {n + 1}")
+            pairs.append((parts[0], parts[1]))
+        return pairs
+    if all(isinstance(m, list) and len(m) == 2 and all(isinstance(t, str) for t in m) for m in merges):
+        return [(a, b) for a, b in merges]
+    raise TokenizerError("BPE: merges must be all 'a b' strings or all [a, b] pairs")

@@ -1,0 +1,314 @@
+"""Pre-tokenizers: cut a normalized string into the words the model sees.
+
+Each class mirrors one tokenizers ``PreTokenizer`` and works on one piece at a
+time: ``split(piece, first)`` returns the words, with empty ones dropped as
+tokenizers drops them.  ``first`` says whether the piece starts the input text
+(only Metaspace's ``prepend_scheme: "first"`` cares).
+
+A per-word ``transform`` (ByteLevel's bytes-to-characters) is kept apart from
+``split`` so that the pipeline can cache model output by the untransformed word
+and pay for the transform only on a cache miss.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Dict, List, Optional
+
+from .. import TokenizerError
+from . import _split
+from ._chars import compiled
+from .onig import compile_onig
+
+# The GPT-2 split; every character falls in one of its branches, so its
+# matches cover the text and ``findall`` equals an Isolated split.
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+
+
+def _bytes_to_unicode() -> Dict[int, str]:
+    """GPT-2's reversible map of the 256 byte values onto printable characters."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+BYTE_TO_CHAR = _bytes_to_unicode()
+CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
+# str.translate table taking a latin-1 view of UTF-8 bytes to the byte-level alphabet.
+_LATIN1_TO_BYTELEVEL = {b: c for b, c in BYTE_TO_CHAR.items()}
+
+
+def _matches(regex: "re.Pattern[str]", text: str) -> List[str]:
+    if regex.groups:
+        return [m.group() for m in regex.finditer(text)]
+    return regex.findall(text)
+
+
+def bytelevel_transform(word: str) -> str:
+    return word.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_BYTELEVEL)
+
+
+class PreTokenizer:
+    """A step of the pre-tokenization; subclasses implement ``split``."""
+
+    transform: Optional[Callable[[str], str]] = None
+    # False for splitters that drop delimiters: their first word may not start the piece.
+    covers = True
+    # True when ``split`` returns the piece unchanged.
+    passthrough = False
+
+    def split(self, piece: str, first: bool) -> List[str]:
+        raise NotImplementedError
+
+    def pre_tokenize(self, piece: str, first: bool = True) -> List[str]:
+        words = self.split(piece, first)
+        t = self.transform
+        return [t(w) for w in words] if t is not None else words
+
+
+class ByteLevel(PreTokenizer):
+    def __init__(self, add_prefix_space: bool = True, use_regex: bool = True):
+        self.add_prefix_space = add_prefix_space
+        self.regex = compile_onig(GPT2_PATTERN) if use_regex else None
+        self.transform = bytelevel_transform
+        self.passthrough = not add_prefix_space and not use_regex
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ByteLevel":
+        return cls(d.get("add_prefix_space", True), d.get("use_regex", True))
+
+    def split(self, piece: str, first: bool) -> List[str]:
+        if self.add_prefix_space and not piece.startswith(" "):
+            piece = " " + piece
+        if self.regex is None:
+            return [piece]
+        return _matches(self.regex, piece)
+
+
+class _FindAll(PreTokenizer):
+    """Keeps the matches of a regex and drops what lies between them."""
+
+    covers = False
+    pattern = ""
+
+    def __init__(self):
+        self.regex = compiled(self.pattern)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "_FindAll":
+        return cls()
+
+    def split(self, piece: str, first: bool) -> List[str]:
+        return self.regex.findall(piece)
+
+
+class Whitespace(_FindAll):
+    pattern = "<word>+|<^word+whitespace>+"
+
+
+class WhitespaceSplit(_FindAll):
+    pattern = "<^whitespace>+"
+
+
+class BertPreTokenizer(_FindAll):
+    """Split on whitespace (removed), then isolate every punctuation character."""
+
+    pattern = "<punctuation>|<^punctuation+whitespace>+"
+
+
+class CharDelimiterSplit(PreTokenizer):
+    covers = False
+
+    def __init__(self, delimiter: str):
+        if len(delimiter) != 1:
+            raise TokenizerError(f"CharDelimiterSplit: delimiter must be one character, got {delimiter!r}")
+        self.delimiter = delimiter
+
+    @classmethod
+    def from_json(cls, d: dict) -> "CharDelimiterSplit":
+        return cls(d["delimiter"])
+
+    def split(self, piece: str, first: bool) -> List[str]:
+        return [w for w in piece.split(self.delimiter) if w]
+
+
+class _CharClassSplit(PreTokenizer):
+    """Every character of a class is a delimiter, handled by a split behavior."""
+
+    def __init__(self, char_regex: "re.Pattern[str]", behavior: str):
+        self.char_regex = char_regex
+        self.behavior = behavior
+        self.covers = behavior != "Removed"
+
+    def split(self, piece: str, first: bool) -> List[str]:
+        return _split.split(piece, _split.regex_spans(self.char_regex, piece), self.behavior)
+
+
+class Punctuation(_CharClassSplit):
+    def __init__(self, behavior: str = "Isolated"):
+        super().__init__(compiled("<punctuation>"), _split.check_behavior(behavior, "Punctuation"))
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Punctuation":
+        return cls(d.get("behavior", "Isolated"))
+
+
+class Digits(PreTokenizer):
+    def __init__(self, individual_digits: bool = False):
+        self.regex = compiled("<numeric>|<^numeric>+" if individual_digits else "<numeric>+|<^numeric>+")
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Digits":
+        return cls(bool(d.get("individual_digits", False)))
+
+    def split(self, piece: str, first: bool) -> List[str]:
+        return self.regex.findall(piece)
+
+
+class Metaspace(PreTokenizer):
+    """Spaces become ``replacement``, which then starts each word."""
+
+    SCHEMES = ("always", "first", "never")
+
+    def __init__(self, replacement: str = "\u2581", prepend_scheme: str = "always", split: bool = True):
+        if len(replacement) != 1:
+            raise TokenizerError(f"Metaspace: replacement must be one character, got {replacement!r}")
+        if prepend_scheme not in self.SCHEMES:
+            raise TokenizerError(f"Metaspace: unknown prepend_scheme {prepend_scheme!r}")
+        self.replacement = replacement
+        self.prepend_scheme = prepend_scheme
+        self.do_split = split
+        r = re.escape(replacement)
+        self.regex = re.compile(f"{r}[^{r}]*|[^{r}]+")  # MergedWithNext on the replacement
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Metaspace":
+        return cls(d.get("replacement", "\u2581"), metaspace_scheme(d), bool(d.get("split", True)))
+
+    def split(self, piece: str, first: bool) -> List[str]:
+        rep = self.replacement
+        piece = piece.replace(" ", rep)
+        if not piece.startswith(rep) and (
+            self.prepend_scheme == "always" or (self.prepend_scheme == "first" and first)
+        ):
+            piece = rep + piece
+        return self.regex.findall(piece) if self.do_split else [piece]
+
+
+def metaspace_scheme(d: dict) -> str:
+    """``prepend_scheme`` of a Metaspace, reading the legacy ``add_prefix_space`` too."""
+    scheme = d.get("prepend_scheme", "always")
+    if d.get("add_prefix_space") is False:
+        if scheme != "never":
+            raise TokenizerError("Metaspace: add_prefix_space does not match declared prepend_scheme")
+    return scheme
+
+
+class Split(PreTokenizer):
+    def __init__(self, pattern: dict, behavior: str, invert: bool = False):
+        if "Regex" in pattern:
+            self.regex = compile_onig(pattern["Regex"])
+        elif "String" in pattern:
+            self.regex = re.compile(re.escape(pattern["String"]))
+        else:
+            raise TokenizerError(f"Split: pattern must be {{'String': ...}} or {{'Regex': ...}}, got {pattern!r}")
+        self.behavior = _split.check_behavior(behavior, "Split")
+        self.invert = invert
+        self.covers = behavior != "Removed"
+        # Keeping only the matches is a findall, when no empty match can sneak in.
+        self._findall = invert and behavior == "Removed"
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Split":
+        return cls(d["pattern"], d["behavior"], bool(d.get("invert", False)))
+
+    def split(self, piece: str, first: bool) -> List[str]:
+        if self._findall:
+            words = _matches(self.regex, piece)
+            if "" not in words:
+                return words
+        return _split.split(piece, _split.regex_spans(self.regex, piece, self.invert), self.behavior)
+
+
+class FixedLength(PreTokenizer):
+    def __init__(self, length: int = 5):
+        if length < 1:
+            raise TokenizerError("FixedLength: length must be at least 1")
+        self.length = length
+
+    @classmethod
+    def from_json(cls, d: dict) -> "FixedLength":
+        return cls(int(d.get("length", 5)))
+
+    def split(self, piece: str, first: bool) -> List[str]:
+        n = self.length
+        return [piece[i : i + n] for i in range(0, len(piece), n)]
+
+
+class Sequence(PreTokenizer):
+    def __init__(self, steps: List[PreTokenizer]):
+        self.steps = steps
+        self.transform = steps[-1].transform if steps else None
+        self.covers = all(s.covers for s in steps)
+        # A last step that never cuts (ByteLevel without its regex) only contributes its
+        # transform, which the pipeline applies lazily.
+        self._cutters = steps[:-1] if steps and steps[-1].passthrough else steps
+        self._last_lazy = len(self._cutters) == len(steps)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Sequence":
+        return cls([pre_tokenizer_from_json(p) for p in d["pretokenizers"]])
+
+    def split(self, piece: str, first: bool) -> List[str]:
+        words = [piece]
+        last = len(self._cutters) - 1
+        for n, step in enumerate(self._cutters):
+            cut = step.split if n == last and self._last_lazy else step.pre_tokenize
+            if len(words) == 1:
+                parts = cut(words[0], first)
+                first = first and bool(parts) and (step.covers or words[0].startswith(parts[0]))
+                words = parts
+                continue
+            out: List[str] = []
+            for i, w in enumerate(words):
+                parts = cut(w, first and i == 0)
+                if i == 0 and first:
+                    first = bool(parts) and (step.covers or w.startswith(parts[0]))
+                out.extend(parts)
+            words = out
+        return words
+
+
+PRE_TOKENIZERS = {
+    "BertPreTokenizer": BertPreTokenizer,
+    "ByteLevel": ByteLevel,
+    "CharDelimiterSplit": CharDelimiterSplit,
+    "Delimiter": CharDelimiterSplit,
+    "Digits": Digits,
+    "FixedLength": FixedLength,
+    "Metaspace": Metaspace,
+    "Punctuation": Punctuation,
+    "Sequence": Sequence,
+    "Split": Split,
+    "Whitespace": Whitespace,
+    "WhitespaceSplit": WhitespaceSplit,
+}
+
+
+def pre_tokenizer_from_json(d: Optional[dict]) -> Optional[PreTokenizer]:
+    if d is None:
+        return None
+    kind = d.get("type")
+    cls = PRE_TOKENIZERS.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise TokenizerError(f"unsupported pre_tokenizer type {kind!r}")
+    try:
+        return cls.from_json(d)
+    except (KeyError, TypeError, ValueError) as e:
+        raise TokenizerError(f"pre_tokenizer {kind}: invalid field {e}") from e

@@ -1,0 +1,235 @@
+"""The pipeline: added tokens -> normalizer -> pre-tokenizer -> model -> post-processor.
+
+``Tokenizer`` loads a HuggingFace ``tokenizer.json`` and reproduces the ids and
+text of ``tokenizers.Tokenizer``.  Every component is resolved at load time, so
+a file naming a component this runtime lacks is refused before any text is seen.
+
+The hot path is ``_encode_text``: per word it is one dict lookup in a cache of
+model output keyed by the untransformed word, so that on natural text the model
+and ByteLevel's byte mapping run only for words not seen before.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Dict, List, Optional, Sequence
+
+from .. import TokenizerError
+from .added_vocab import AddedToken, AddedVocabulary
+from .decoders import Decoder, decoder_from_json
+from .normalizers import normalizer_from_json
+from .pre_tokenizers import pre_tokenizer_from_json
+from .processors import processor_from_json
+
+# Words longer than this are tokenized every time (as in tokenizers' BPE cache).
+_CACHE_WORD_LEN = 256
+_CACHE_ENTRIES = 1 << 17
+
+
+def model_from_json(d: dict):
+    """The model named by ``type`` or, in files without it, recognised by its fields."""
+    if not isinstance(d, dict):
+        raise TokenizerError("tokenizer.json has no model")
+    kind = d.get("type") or _infer_model_type(d)
+    if kind == "BPE":
+        from .bpe import BPE as cls
+    elif kind == "WordPiece":
+        from .wordpiece import WordPiece as cls
+    elif kind == "WordLevel":
+        from .wordlevel import WordLevel as cls
+    elif kind == "Unigram":
+        from .unigram import Unigram as cls
+    else:
+        raise TokenizerError(f"unsupported model type {kind!r}")
+    try:
+        return cls.from_json(d)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise TokenizerError(f"model {kind}: invalid field {e}") from e
+
+
+def _infer_model_type(d: dict) -> str:
+    """The order tokenizers tries when ``type`` is missing: BPE, WordPiece, WordLevel, Unigram."""
+    vocab = d.get("vocab")
+    if isinstance(vocab, dict):
+        if "merges" in d:
+            return "BPE"
+        if all(k in d for k in ("unk_token", "continuing_subword_prefix", "max_input_chars_per_word")):
+            return "WordPiece"
+        if "unk_token" in d:
+            return "WordLevel"
+    if isinstance(vocab, list):
+        return "Unigram"
+    raise TokenizerError("cannot tell the model type: no 'type' and no recognisable fields")
+
+
+class Truncation:
+    """tokenizers' truncation of a single sequence (only ids are kept, so stride has no effect)."""
+
+    def __init__(self, d: dict):
+        self.max_length = int(d["max_length"])
+        self.stride = int(d.get("stride", 0))
+        self.strategy = d.get("strategy", "LongestFirst")
+        self.direction = d.get("direction", "Right")
+        if self.strategy not in ("LongestFirst", "OnlyFirst", "OnlySecond") or self.direction not in ("Left", "Right"):
+            raise TokenizerError(f"unsupported truncation {d!r}")
+
+    def apply(self, ids: List[int], max_length: int) -> List[int]:
+        if max_length == 0:
+            return []
+        if len(ids) <= max_length:
+            return ids
+        if self.strategy == "OnlySecond":
+            raise TokenizerError("Truncation error: Second sequence not provided")
+        if self.stride >= max_length:
+            raise TokenizerError(f"truncation stride {self.stride} must be less than max length {max_length}")
+        return ids[:max_length] if self.direction == "Right" else ids[len(ids) - max_length :]
+
+
+class Padding:
+    def __init__(self, d: dict):
+        strategy = d.get("strategy", "BatchLongest")
+        self.fixed = strategy.get("Fixed") if isinstance(strategy, dict) else None
+        if strategy != "BatchLongest" and not isinstance(self.fixed, int):
+            raise TokenizerError(f"unsupported padding strategy {strategy!r}")
+        self.left = d.get("direction", "Right") == "Left"
+        self.multiple = d.get("pad_to_multiple_of") or 0
+        self.pad_id = int(d.get("pad_id", 0))
+
+    def apply(self, batch: List[List[int]]) -> List[List[int]]:
+        if not batch:
+            return batch
+        n = self.fixed if self.fixed is not None else max(len(ids) for ids in batch)
+        if self.multiple and n % self.multiple:
+            n += self.multiple - n % self.multiple
+        pad = self.pad_id
+        return [
+            ids if len(ids) >= n else ([pad] * (n - len(ids)) + ids if self.left else ids + [pad] * (n - len(ids)))
+            for ids in batch
+        ]
+
+
+class Tokenizer:
+    """A subset of ``tokenizers.Tokenizer``: ids in and out, no offsets."""
+
+    def __init__(self, config: dict):
+        if not isinstance(config, dict):
+            raise TokenizerError("tokenizer.json must hold a JSON object")
+        version = config.get("version", "1.0")
+        if version != "1.0":
+            raise TokenizerError(f"unknown tokenizer version {version!r}")
+        self.model = model_from_json(config.get("model"))
+        self.normalizer = normalizer_from_json(config.get("normalizer"))
+        self.pre_tokenizer = pre_tokenizer_from_json(config.get("pre_tokenizer"))
+        self.post_processor = processor_from_json(config.get("post_processor"))
+        self.decoder: Optional[Decoder] = decoder_from_json(config.get("decoder"))
+        self.truncation = Truncation(config["truncation"]) if config.get("truncation") else None
+        self.padding = Padding(config["padding"]) if config.get("padding") else None
+        normalize = self.normalizer.normalize if self.normalizer is not None else None
+        tokens = [AddedToken.from_json(t) for t in config.get("added_tokens") or ()]
+        self.added = AddedVocabulary(tokens, self.model, normalize)
+        self._normalize = normalize
+        self._split = self.pre_tokenizer.split if self.pre_tokenizer is not None else None
+        self._transform = self.pre_tokenizer.transform if self.pre_tokenizer is not None else None
+        self._cache: Dict[str, List[int]] = {}
+        self._token_str: Dict[int, str] = {}
+
+    @classmethod
+    def from_str(cls, json_text: str) -> "Tokenizer":
+        try:
+            config = json.loads(json_text)
+        except ValueError as e:
+            raise TokenizerError(f"tokenizer.json is not valid JSON: {e}") from e
+        return cls(config)
+
+    @classmethod
+    def from_file(cls, path: str) -> "Tokenizer":
+        with open(path, encoding="utf-8") as f:
+            return cls.from_str(f.read())
+
+    # -- encoding ------------------------------------------------------------------
+    def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
+        ids = self._post_process(self._encode_text(text), add_special_tokens)
+        return self.padding.apply([ids])[0] if self.padding is not None else ids
+
+    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> List[List[int]]:
+        batch = [self.encode(t, add_special_tokens) for t in texts]
+        return self.padding.apply(batch) if self.padding is not None else batch
+
+    def _encode_text(self, text: str) -> List[int]:
+        ids: List[int] = []
+        cache = self._cache
+        split = self._split
+        for piece, tok_id, first in self.added.segments(text, self._normalize):
+            if tok_id is not None:
+                ids.append(tok_id)
+                continue
+            for word in split(piece, first) if split is not None else (piece,):
+                hit = cache.get(word)
+                if hit is None:
+                    hit = self._tokenize_word(word)
+                ids += hit
+        return ids
+
+    def _tokenize_word(self, word: str) -> List[int]:
+        ids = self.model.tokenize(self._transform(word) if self._transform is not None else word)
+        if len(word) < _CACHE_WORD_LEN:
+            if len(self._cache) >= _CACHE_ENTRIES:
+                self._cache.clear()
+            self._cache[word] = ids
+        return ids
+
+    def _post_process(self, ids: List[int], add_special_tokens: bool) -> List[int]:
+        processor = self.post_processor
+        if self.truncation is not None:
+            added = processor.added_tokens(False) if processor is not None else 0
+            limit = self.truncation.max_length
+            if add_special_tokens and added:
+                limit -= added
+                if limit < 0:
+                    raise TokenizerError("truncation max_length is smaller than the special tokens added")
+            ids = self.truncation.apply(ids, limit)
+        if processor is None:
+            return ids
+        parts = processor.process([ids], add_special_tokens)
+        return parts[0] if len(parts) == 1 else [i for part in parts for i in part]
+
+    # -- decoding ------------------------------------------------------------------
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        names = self._token_str
+        special = self.added.special_contents if skip_special_tokens else ()
+        tokens = []
+        for i in ids:
+            t = names.get(i)
+            if t is None:
+                t = self.id_to_token(i)
+                if t is None:
+                    continue  # tokenizers skips ids it does not know
+                names[i] = t
+            if t in special:
+                continue
+            tokens.append(t)
+        if self.decoder is None:
+            return " ".join(tokens)
+        return self.decoder.decode(tokens)
+
+    def decode_batch(self, seqs: Sequence[Sequence[int]], skip_special_tokens: bool = True) -> List[str]:
+        return [self.decode(ids, skip_special_tokens) for ids in seqs]
+
+    # -- vocabulary ----------------------------------------------------------------
+    def get_vocab_size(self, with_added_tokens: bool = True) -> int:
+        base = self.model.get_vocab_size()
+        if not with_added_tokens:
+            return base
+        vocab = self.model.vocab
+        return base + sum(1 for t in self.added.content_to_id if t not in vocab)
+
+    def token_to_id(self, token: str) -> Optional[int]:
+        i = self.added.content_to_id.get(token)
+        return i if i is not None else self.model.vocab.get(token)
+
+    def id_to_token(self, i: int) -> Optional[str]:
+        t = self.added.id_to_token(i)
+        return t if t is not None else self.model.id_to_token(i)
+
+    def get_added_tokens_decoder(self) -> Dict[int, AddedToken]:
+        return dict(sorted(self.added.tokens.items()))
