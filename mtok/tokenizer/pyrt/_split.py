@@ -11,48 +11,20 @@ from __future__ import annotations
 from typing import Callable, List, Pattern, Tuple
 
 from .. import TokenizerError
+from .onig import find_spans
 
 Span = Tuple[int, int, bool]
 
 BEHAVIORS = ("Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous")
 
 
-def find_matches(regex: Pattern[str], text: str) -> List[Tuple[int, int]]:
-    """Match positions in the order, and with the empty-match rule, of rust-onig's ``find_iter``.
-
-    Python's ``finditer`` accepts an empty match right after a non-empty one;
-    onig drops it.  Only patterns that can match the empty string are affected,
-    so the common case stays a plain ``finditer``.
-    """
-    spans = [m.span() for m in regex.finditer(text)]
-    if all(s != e for s, e in spans):
-        return spans
-    spans = []
-    pos, after_non_empty, n = 0, False, len(text)
-    while pos <= n:
-        m = regex.search(text, pos)
-        if m is None:
-            break
-        s, e = m.span()
-        if s == e:
-            pos = e + 1
-            if after_non_empty:
-                after_non_empty = False
-                continue
-        else:
-            pos = e
-            after_non_empty = True
-        spans.append((s, e))
-    return spans
-
-
 def regex_spans(regex: Pattern[str], text: str, invert: bool = False) -> List[Span]:
-    """Cover ``text`` with the regex matches and the gaps between them."""
+    """Cover ``text`` with the regex matches (found as rust-onig finds them) and the gaps."""
     if not text:
         return [(0, 0, invert)]
     spans: List[Span] = []
     prev = 0
-    for s, e in find_matches(regex, text):
+    for s, e in find_spans(regex, text):
         if prev != s:
             spans.append((prev, s, invert))
         spans.append((s, e, not invert))
