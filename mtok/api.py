@@ -1,0 +1,199 @@
+"""The routes: SGLang's native API (this module) and OpenAI's (``openai_api``).
+
+Routes take a :class:`~mtok.http_server.Request` and return a JSON value, a
+``Response`` or an ``EventStream``; they raise ``APIError`` for anything a
+client got wrong.  The same class serves every worker, whatever N is.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Iterator, List, Optional
+
+from . import __version__
+from .http_server import EventStream, Request, Response, route
+from .io_struct import GenerateReqInput, SamplingParams
+from .openai_api import OpenAIRoutes
+from .status import ServerState, StatusBoard
+from .tokenizer_manager import ReqState, TokenizerManager
+from .validate import APIError, bad, check_unknown, get_bool, get_str, require_object, token_list
+
+
+def finish_reason(st: ReqState) -> Optional[Dict[str, Any]]:
+    """The finish reason as clients see it (internal fields dropped)."""
+    if st.finished_reason is None:
+        return None
+    return {k: v for k, v in st.finished_reason.items() if k != "status_code"}
+
+
+class Api(OpenAIRoutes):
+    def __init__(self, tm: TokenizerManager, board: StatusBoard, slot: int):
+        self.tm = tm
+        self.board = board
+        self.slot = slot
+        self.args = tm.server_args
+        self.created = int(time.time())
+
+    # -- shared helpers --------------------------------------------------------------
+    def check_model(self, name: Optional[str]) -> None:
+        if name is not None and name != self.tm.model_name:
+            raise APIError(f"the model {name!r} does not exist; this server serves {self.tm.model_name!r}", 404,
+                           param="model")
+
+    def collect(self, states: Iterator[ReqState], n: int) -> List[ReqState]:
+        """Wait for every request of a non-streaming call; a refused one fails the call."""
+        results: List[Optional[ReqState]] = [None] * n
+        for st in states:
+            err = st.error()
+            if err is not None:
+                raise err
+            results[st.index] = st
+        return results  # type: ignore[return-value]
+
+    def first_then_rest(self, states: Iterator[ReqState]) -> Iterator[ReqState]:
+        """Start a stream only once the first update is in, so that a refusal
+        (503 at capacity, say) is still an HTTP status rather than an event."""
+        first = next(states, None)
+        if first is not None:
+            err = first.error()
+            if err is not None:
+                states.close()  # type: ignore[attr-defined]
+                raise err
+
+        def chain() -> Iterator[ReqState]:
+            try:
+                if first is not None:
+                    yield first
+                yield from states
+            finally:
+                states.close()  # type: ignore[attr-defined]
+
+        return chain()
+
+    def meta_info(self, st: ReqState) -> Dict[str, Any]:
+        meta = {
+            "id": st.rid,
+            "finish_reason": finish_reason(st),
+            "prompt_tokens": st.prompt_tokens,
+            "completion_tokens": st.completion_tokens,
+        }
+        if st.finished:
+            meta["e2e_latency"] = round(time.monotonic() - st.created, 6)
+        return meta
+
+    def healthy(self) -> bool:
+        return self.board.state == ServerState.SERVING and self.tm.failure is None
+
+    # -- native ----------------------------------------------------------------------
+    @route("POST", "/generate")
+    def generate(self, req: Request) -> Any:
+        from .validate import parse_generate
+
+        obj = parse_generate(req.json())
+        self.check_model(obj.model)
+        states = self.tm.generate_request(obj, req.watch)
+        if not obj.stream:
+            out = [self._generate_result(st) for st in self.collect(states, obj.batch_size)]
+            return out if obj.is_batch else out[0]
+        return EventStream(self._generate_events(self.first_then_rest(states), obj.is_batch))
+
+    def _generate_result(self, st: ReqState) -> Dict[str, Any]:
+        return {"text": st.text, "output_ids": list(st.output_ids), "meta_info": self.meta_info(st)}
+
+    def _generate_events(self, states: Iterator[ReqState], is_batch: bool) -> Iterator[Any]:
+        for st in states:
+            err = st.error()
+            if err is not None:  # the server failed mid-stream
+                yield err.body()
+                break
+            event = self._generate_result(st)
+            if is_batch:
+                event["index"] = st.index
+            yield event
+        yield "[DONE]"
+
+    @route("POST", "/tokenize", "/v1/tokenize")
+    def tokenize(self, req: Request) -> Any:
+        body = require_object(req.json())
+        check_unknown(body, ("prompt", "add_special_tokens", "model"))
+        self.check_model(get_str(body, "model"))
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise bad("'prompt' must be a string", "prompt")
+        add = get_bool(body, "add_special_tokens", True)
+        tokens = self.tm.tokenizer.encode(prompt, add)
+        return {"tokens": tokens, "count": len(tokens), "max_model_len": self.tm.context_length}
+
+    @route("POST", "/detokenize", "/v1/detokenize")
+    def detokenize(self, req: Request) -> Any:
+        body = require_object(req.json())
+        check_unknown(body, ("tokens", "model", "skip_special_tokens"))
+        self.check_model(get_str(body, "model"))
+        if "tokens" not in body:
+            raise bad("'tokens' is required", "tokens")
+        tokens = token_list(body["tokens"], "tokens")
+        self.tm.check_ids([tokens], "tokens")
+        skip = get_bool(body, "skip_special_tokens", False)
+        return {"prompt": self.tm.tokenizer.decode(tokens, skip)}
+
+    @route("GET", "/health")
+    def health(self, req: Request) -> Any:
+        if not self.healthy():
+            state = self.board.state.name.lower()
+            return Response({"status": state, "message": self.tm.failure or f"server is {state}"}, 503)
+        return {"status": "ok"}
+
+    @route("GET", "/health_generate")
+    def health_generate(self, req: Request) -> Any:
+        obj = GenerateReqInput(input_ids=[0], sampling_params=SamplingParams(max_new_tokens=1, ignore_eos=True))
+        try:
+            self.collect(self.tm.generate_request(obj, req.watch), 1)
+        except APIError as e:
+            return Response({"status": "unhealthy", "message": e.message}, 503)
+        return {"status": "ok"}
+
+    @route("GET", "/get_model_info", "/model_info")
+    def get_model_info(self, req: Request) -> Any:
+        tok = self.tm.tokenizer
+        return {
+            "model_path": self.args.tokenizer_path or "mtok-default",
+            "tokenizer_path": tok.path,
+            "served_model_name": self.tm.model_name,
+            "is_generation": True,
+            "tokenizer_backend": tok.backend,
+            "vocab_size": tok.vocab_size,
+            "context_length": self.tm.context_length,
+            "eos_token_ids": sorted(tok.eos_token_ids),
+        }
+
+    @route("GET", "/get_server_info", "/server_info")
+    def get_server_info(self, req: Request) -> Any:
+        args = dict(vars(self.args))
+        args["api_key"] = "***" if args.get("api_key") else None
+        workers = [
+            {"pid": s.pid, "state": s.state.name.lower(), "served": s.served, "heartbeat_age": round(s.heartbeat_age, 3)}
+            for s in self.board.worker_slots()
+        ]
+        try:
+            scheduler = self.tm.rpc("get_state")
+        except APIError as e:
+            scheduler = {"error": e.message}
+        return {
+            "version": __version__,
+            "state": self.board.state.name.lower(),
+            "tokenizer_worker_num": self.args.tokenizer_worker_num,
+            "workers": workers,
+            "worker_restarts": self.board.restarts,
+            "this_worker_pid": self.board.slot(self.slot).pid,
+            "scheduler": scheduler,
+            "server_args": args,
+        }
+
+    @route("POST", "/abort_request")
+    def abort_request(self, req: Request) -> Any:
+        body = require_object(req.json())
+        check_unknown(body, ("rid", "abort_all"))
+        rid = get_str(body, "rid")
+        if not rid:
+            raise bad("'rid' is required", "rid")
+        return {"rid": rid, "aborted": bool(self.tm.rpc("abort", rid=rid))}

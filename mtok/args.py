@@ -1,0 +1,255 @@
+"""Server arguments, IPC names, and their hand-off to child processes.
+
+The main process writes :class:`ServerArgs` and :class:`PortArgs` as JSON into a
+shared-memory segment named ``mtok_args_<pid>`` before any child starts; each
+child reads it back by name.  JSON rather than pickle: the segment is a file
+under /dev/shm, and nothing read from a file should be able to run code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import re
+import struct
+import sys
+from dataclasses import dataclass, field
+from multiprocessing import shared_memory
+from typing import Any, Dict, Iterator, List, Optional
+
+from .ipc import ipc_name
+
+logger = logging.getLogger(__name__)
+
+SHM_PREFIX = "mtok_"
+
+
+@dataclass
+class ServerArgs:
+    host: str = "127.0.0.1"
+    port: int = 30000
+    tokenizer_path: Optional[str] = None
+    served_model_name: Optional[str] = None
+    tokenizer_backend: str = "auto"
+    tokenizer_worker_num: int = 1
+    engine: str = "echo"
+    engine_step_delay: float = 0.0
+    context_length: Optional[int] = None
+    max_running_requests: int = 256
+    max_queued_requests: int = 4096
+    max_request_bytes: int = 16 << 20
+    api_key: Optional[str] = None
+    worker_timeout: float = 30.0
+    graceful_timeout: float = 30.0
+    http_timeout: float = 60.0
+    listen_mode: str = "auto"
+    log_level: str = "info"
+
+    @property
+    def model_name(self) -> str:
+        if self.served_model_name:
+            return self.served_model_name
+        if self.tokenizer_path:
+            path = self.tokenizer_path.rstrip("/")
+            base = os.path.basename(path)
+            if base == "tokenizer.json":
+                base = os.path.basename(os.path.dirname(os.path.abspath(path)))
+            elif base.endswith(".json"):
+                base = base[: -len(".json")]
+            return base or "default"
+        return "mtok-default"
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
+        d = cls()
+        a = parser.add_argument
+        a("--host", default=d.host, help="address to bind (default: %(default)s)")
+        a("--port", type=int, default=d.port, help="TCP port; 0 picks a free one (default: %(default)s)")
+        a("--tokenizer-path", "--model-path", dest="tokenizer_path", default=None,
+          help="tokenizer.json, or a directory holding one (default: mtok's built-in tokenizer)")
+        a("--served-model-name", default=None, help="model name reported in responses")
+        a("--tokenizer-backend", choices=("auto", "hf", "python"), default=d.tokenizer_backend,
+          help="'hf' = the tokenizers library, 'python' = mtok's own runtime (default: %(default)s)")
+        a("--tokenizer-worker-num", type=int, default=d.tokenizer_worker_num,
+          help="HTTP/tokenizer worker processes (default: %(default)s)")
+        a("--engine", default=d.engine, help="'echo' or module:attr of an engine class (default: %(default)s)")
+        a("--engine-step-delay", type=float, default=d.engine_step_delay,
+          help="seconds each engine step takes, to emulate a model (default: %(default)s)")
+        a("--context-length", type=int, default=None,
+          help="max prompt + generated tokens (default: the tokenizer's model_max_length, else 65536)")
+        a("--max-running-requests", type=int, default=d.max_running_requests,
+          help="requests decoded at once (default: %(default)s)")
+        a("--max-queued-requests", type=int, default=d.max_queued_requests,
+          help="requests waiting beyond those; more get 503 (default: %(default)s)")
+        a("--max-request-bytes", type=int, default=d.max_request_bytes,
+          help="largest HTTP body accepted (default: %(default)s)")
+        a("--api-key", default=None, help="require 'Authorization: Bearer KEY' on all endpoints but /health")
+        a("--worker-timeout", type=float, default=d.worker_timeout,
+          help="seconds without a heartbeat before a worker is replaced (default: %(default)s)")
+        a("--graceful-timeout", type=float, default=d.graceful_timeout,
+          help="seconds SIGTERM waits for requests in flight (default: %(default)s)")
+        a("--http-timeout", type=float, default=d.http_timeout,
+          help="seconds a client may take to send a request (default: %(default)s)")
+        a("--listen-mode", choices=("auto", "reuseport", "shared"), default=d.listen_mode,
+          help="how workers share the port: SO_REUSEPORT or one inherited socket (default: %(default)s)")
+        a("--log-level", default=d.log_level, help="debug, info, warning, error (default: %(default)s)")
+
+    @classmethod
+    def from_cli_args(cls, ns: argparse.Namespace) -> "ServerArgs":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in vars(ns).items() if k in names})
+
+    def check(self) -> None:
+        """Refuse settings that cannot work, with a message a user can act on."""
+        problems = []
+        if self.tokenizer_worker_num < 1:
+            problems.append("--tokenizer-worker-num must be at least 1")
+        if not 0 <= self.port <= 65535:
+            problems.append("--port must be in 0..65535")
+        for name in ("max_running_requests", "max_queued_requests", "max_request_bytes"):
+            if getattr(self, name) < 1:
+                problems.append(f"--{name.replace('_', '-')} must be positive")
+        for name in ("worker_timeout", "graceful_timeout", "http_timeout"):
+            if getattr(self, name) <= 0:
+                problems.append(f"--{name.replace('_', '-')} must be positive")
+        if self.engine_step_delay < 0:
+            problems.append("--engine-step-delay must not be negative")
+        if self.context_length is not None and self.context_length < 2:
+            problems.append("--context-length must be at least 2")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@dataclass
+class PortArgs:
+    """The IPC names of the fixed endpoints; worker names are made per process."""
+
+    sock_dir: str
+    scheduler_input_ipc_name: str = ""
+    detokenizer_ipc_name: str = ""
+    tokenizer_ipc_name: str = ""
+    tokenizer_worker_ipc_name: str = ""
+    worker_ipc_names: List[str] = field(default_factory=list)
+
+    @classmethod
+    def in_dir(cls, sock_dir: str) -> "PortArgs":
+        return cls(
+            sock_dir=sock_dir,
+            scheduler_input_ipc_name=ipc_name(sock_dir, "scheduler"),
+            detokenizer_ipc_name=ipc_name(sock_dir, "detokenizer"),
+            tokenizer_ipc_name=ipc_name(sock_dir, "tokenizer"),
+            tokenizer_worker_ipc_name=ipc_name(sock_dir, "router"),
+        )
+
+
+# --- shared-memory hand-off -----------------------------------------------------------
+_LEN = struct.Struct("<Q")
+
+
+def args_shm_name(pid: Optional[int] = None) -> str:
+    return f"{SHM_PREFIX}args_{pid or os.getpid()}"
+
+
+@contextlib.contextmanager
+def _untracked() -> Iterator[None]:
+    """Keep multiprocessing's resource tracker out of our segments (Python < 3.13).
+
+    The tracker would unlink a segment when the first process that attached it
+    exits, and complain about the ones it did not see created.  mtok unlinks
+    its own segments, and removes those of a killed server at the next start.
+    """
+    if sys.version_info >= (3, 13):
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    saved = resource_tracker.register, resource_tracker.unregister
+    resource_tracker.register = resource_tracker.unregister = lambda *a, **k: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        resource_tracker.register, resource_tracker.unregister = saved  # type: ignore[assignment]
+
+
+def _open(name: str, create: bool = False, size: int = 0) -> shared_memory.SharedMemory:
+    kwargs = {"track": False} if sys.version_info >= (3, 13) else {}
+    with _untracked():
+        return shared_memory.SharedMemory(name=name, create=create, size=size, **kwargs)
+
+
+def attach_shm(name: str) -> shared_memory.SharedMemory:
+    return _open(name)
+
+
+def create_shm(name: str, size: int) -> shared_memory.SharedMemory:
+    """A new 0600 segment (the stdlib's mode); an old one of that name is replaced."""
+    try:
+        unlink_shm(attach_shm(name))
+    except FileNotFoundError:
+        pass
+    return _open(name, create=True, size=size)
+
+
+def write_args(name: str, server_args: ServerArgs, port_args: PortArgs) -> shared_memory.SharedMemory:
+    payload = json.dumps({"server": dataclasses.asdict(server_args), "port": dataclasses.asdict(port_args)}).encode()
+    shm = create_shm(name, _LEN.size + len(payload))
+    _LEN.pack_into(shm.buf, 0, len(payload))
+    shm.buf[_LEN.size : _LEN.size + len(payload)] = payload
+    return shm
+
+
+def read_args(name: str) -> "tuple[ServerArgs, PortArgs]":
+    shm = attach_shm(name)
+    try:
+        (n,) = _LEN.unpack_from(shm.buf, 0)
+        data: Dict[str, Any] = json.loads(bytes(shm.buf[_LEN.size : _LEN.size + n]))
+    finally:
+        shm.close()
+    return ServerArgs(**data["server"]), PortArgs(**data["port"])
+
+
+def unlink_shm(shm: Optional[shared_memory.SharedMemory]) -> None:
+    if shm is None:
+        return
+    try:
+        shm.close()
+    except BufferError:  # a memoryview still refers to it; the unlink below is what matters
+        pass
+    try:
+        with _untracked():
+            shm.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_segments(shm_dir: str = "/dev/shm") -> List[str]:
+    """Unlink ``mtok_*_<pid>`` segments whose server is dead (killed without cleanup)."""
+    removed = []
+    pattern = re.compile(rf"^{SHM_PREFIX}[a-z]+_(\d+)$")
+    try:
+        entries = os.listdir(shm_dir)
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.match(entry)
+        if m and not pid_alive(int(m.group(1))):
+            try:
+                os.unlink(os.path.join(shm_dir, entry))
+                removed.append(entry)
+            except OSError:
+                pass
+    return removed

@@ -1,0 +1,162 @@
+"""The detokenizer: token ids in, text deltas out, one message per step.
+
+Single-worker mode sends each step's whole ``BatchStrOutput`` to the one
+TokenizerManager.  In multi-worker mode the
+:class:`MultiHttpWorkerDetokenizerMixin` loop splits every batch by the IPC
+name stamped on each request and sends each worker its own piece, through a
+:class:`~mtok.ipc.SocketMapping`.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any, Dict, List, Optional
+
+from .args import PortArgs, ServerArgs, read_args
+from .decoding import DecodeState, IncrementalDecoder, stop_holdback
+from .io_struct import AbortReq, BaseBatchReq, BatchStrOutput, BatchTokenIDOutput, group_by_worker
+from .ipc import Receiver, Sender, SocketMapping
+from .procutil import ChildBoot, exit_now, on_signal
+from .tokenizer import load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+class DecodeStatus(DecodeState):
+    __slots__ = ("sent", "stops")
+
+    def __init__(self, skip: bool, spaces: bool, stops: Optional[List[str]]):
+        super().__init__(skip, spaces)
+        self.sent = 0  # characters of committed text already sent
+        self.stops = stops  # held back while streaming; None when trimming is off
+
+
+class MultiHttpWorkerDetokenizerMixin:
+    """The event loop for ``--tokenizer-worker-num`` > 1."""
+
+    def multi_http_worker_event_loop(self: "DetokenizerManager") -> None:
+        self.socket_mapping = SocketMapping(self.authkey)
+        while True:
+            for recv_obj in self.recv_from_scheduler.recv_all():
+                output = self._request_dispatcher(recv_obj)
+                if output is None:
+                    continue
+                if isinstance(output, BaseBatchReq):
+                    for ipc_name, piece in group_by_worker(output).items():
+                        self.socket_mapping.send_output(ipc_name, piece)
+                else:
+                    self.send_to_tokenizer.send(output)  # the router delivers it by name
+
+    def maybe_drop_worker(self, name: Optional[str]) -> None:
+        if name is not None and hasattr(self, "socket_mapping"):
+            self.socket_mapping.drop(name)
+
+    def maybe_clear_socket_mapping(self) -> None:
+        if hasattr(self, "socket_mapping"):
+            self.socket_mapping.clear_all_sockets()
+
+
+class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
+    def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes):
+        self.authkey = authkey
+        self.tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.tokenizer_backend)
+        self.decoder = IncrementalDecoder(self.tokenizer)
+        self.states: Dict[str, DecodeStatus] = {}
+        # Only running requests have state, so more than this means state that
+        # outlived its request; the least recently advanced goes first.
+        self.max_states = 2 * server_args.max_running_requests + 64
+        self.recv_from_scheduler = Receiver(port_args.detokenizer_ipc_name, authkey)
+        self.send_to_tokenizer = Sender(port_args.tokenizer_ipc_name, authkey)
+
+    def event_loop(self) -> None:
+        while True:
+            for recv_obj in self.recv_from_scheduler.recv_all():
+                output = self._request_dispatcher(recv_obj)
+                if output is not None:
+                    self.send_to_tokenizer.send(output)
+
+    def _request_dispatcher(self, recv_obj: Any) -> Any:
+        if isinstance(recv_obj, BatchTokenIDOutput):
+            return self.handle_batch_token_id_out(recv_obj)
+        if isinstance(recv_obj, AbortReq):  # a worker has gone
+            self.maybe_drop_worker(recv_obj.abort_all_of)
+            return None
+        return recv_obj  # embeddings and replies pass through unchanged
+
+    def handle_batch_token_id_out(self, recv: BatchTokenIDOutput) -> BatchStrOutput:
+        states: List[DecodeStatus] = []
+        finals: List[bool] = []
+        for i, rid in enumerate(recv.rids):
+            st = self.states.pop(rid, None)
+            if st is None:
+                trim = not recv.no_stop_trim[i]
+                st = DecodeStatus(
+                    recv.skip_special_tokens[i],
+                    recv.spaces_between_special_tokens[i],
+                    recv.stop[i] if trim else None,
+                )
+            reason = recv.finished_reasons[i]
+            ids = recv.decode_ids[i]
+            if reason is not None and _trims_stop_token(reason, ids, recv.no_stop_trim[i]):
+                ids = ids[:-1]
+            st.ids.extend(ids)
+            if reason is None:
+                self.states[rid] = st  # re-inserted: the dict's order is recency
+            states.append(st)
+            finals.append(reason is not None)
+        self.decoder.step(states, finals)
+
+        out = BatchStrOutput(
+            rids=recv.rids,
+            http_worker_ipcs=recv.http_worker_ipcs,
+            finished_reasons=recv.finished_reasons,
+            output_ids=recv.decode_ids,
+            prompt_tokens=recv.prompt_tokens,
+            completion_tokens=recv.completion_tokens,
+        )
+        for i, st in enumerate(states):
+            text = st.text
+            if finals[i]:
+                offset = recv.stop_str_offsets[i] if recv.stop_str_offsets else None
+                if offset is not None and st.stops is not None:
+                    text = text[:offset]
+                end = len(text)
+            else:
+                end = len(text) - (stop_holdback(text, st.stops) if st.stops else 0)
+            out.output_strs.append(text[st.sent : end] if end > st.sent else "")
+            st.sent = max(st.sent, end)
+        self._bound_states()
+        return out
+
+    def _bound_states(self) -> None:
+        excess = len(self.states) - self.max_states
+        if excess > 0:
+            for rid in list(self.states)[:excess]:
+                del self.states[rid]
+            logger.warning("dropped decode state of %d stale request(s)", excess)
+
+
+def _trims_stop_token(reason: Dict[str, Any], ids: List[int], no_stop_trim: bool) -> bool:
+    """A matched stop token (or eos) is not part of the text unless no_stop_trim."""
+    matched = reason.get("matched")
+    return (
+        not no_stop_trim
+        and reason.get("type") == "stop"
+        and isinstance(matched, int)
+        and bool(ids)
+        and ids[-1] == matched
+    )
+
+
+def run_detokenizer_process(
+    shm_name: str, authkey: bytes, parent_pid: int, ready_conn, manager_class=DetokenizerManager
+) -> None:
+    server_args, port_args = read_args(shm_name)
+    with ChildBoot("detokenizer", parent_pid, ready_conn, server_args.log_level):
+        manager = manager_class(server_args, port_args, authkey)
+    on_signal(signal.SIGTERM, lambda: exit_now(0))
+    if server_args.tokenizer_worker_num == 1:
+        manager.event_loop()
+    else:
+        manager.multi_http_worker_event_loop()

@@ -1,0 +1,421 @@
+"""HTTP transport: ``http.server``, threaded, tuned, and strict.
+
+The handler knows nothing of LLMs.  It reads a request within a deadline,
+enforces the body limit and the API key, dispatches to a route of the app
+(see :mod:`mtok.api`), and writes what the route returns: a JSON value, a
+:class:`Response`, or an :class:`EventStream` sent as server-sent events over
+chunked encoding.  Every error, its own included, is a JSON body.
+"""
+
+from __future__ import annotations
+
+import hmac
+import http.server
+import json
+import logging
+import os
+import selectors
+import socket
+import socketserver
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, Optional
+from urllib.parse import urlsplit
+
+from .tokenizer_manager import ClientDisconnected
+from .validate import APIError, parse_json
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Response:
+    body: Any
+    status: int = 200
+    headers: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class EventStream:
+    """Server-sent events: each item is a JSON value or a raw string such as '[DONE]'."""
+
+    events: Iterator[Any]
+    headers: Dict[str, str] = field(default_factory=dict)
+
+
+def route(method: str, *paths: str) -> Callable:
+    def mark(fn: Callable) -> Callable:
+        fn.__dict__.setdefault("routes", []).extend((method, p) for p in paths)
+        return fn
+
+    return mark
+
+
+def collect_routes(app: Any) -> Dict[str, Dict[str, Callable]]:
+    """path -> method -> bound handler, from the @route marks on the app's methods."""
+    table: Dict[str, Dict[str, Callable]] = {}
+    for name in dir(type(app)):
+        for method, path in getattr(getattr(type(app), name), "routes", ()):
+            table.setdefault(path, {})[method] = getattr(app, name)
+    return table
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: str
+    headers: Any
+    raw: bytes
+    watch: "ConnectionWatch"
+    _json: Any = None
+
+    def json(self) -> Any:
+        if self._json is None:
+            if not self.raw.strip():
+                raise APIError("request body is empty; a JSON object is expected")
+            self._json = parse_json(self.raw)
+        return self._json
+
+
+class DisconnectWatcher:
+    """One thread that notices when waiting clients hang up.
+
+    A handler blocked on its request's results cannot see its socket; the
+    watcher polls all of them at once and calls back on end-of-file.
+    """
+
+    def __init__(self) -> None:
+        self._sel = selectors.DefaultSelector()
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._needs_wake = not isinstance(self._sel, getattr(selectors, "EpollSelector", ()))
+        threading.Thread(target=self._run, name="disconnect-watch", daemon=True).start()
+
+    def add(self, sock: socket.socket, callback: Callable[[], None]) -> None:
+        with self._lock:
+            try:
+                self._sel.register(sock, selectors.EVENT_READ, callback)
+            except (KeyError, ValueError, OSError):
+                return
+        if self._needs_wake:
+            self._wake_w.send(b"\0")
+
+    def remove(self, sock: socket.socket) -> None:
+        with self._lock:
+            try:
+                self._sel.unregister(sock)
+            except (KeyError, ValueError, OSError):
+                pass
+
+    def _run(self) -> None:
+        while True:
+            for key, _ in self._sel.select():
+                if key.data is None:
+                    try:
+                        self._wake_r.recv(4096)
+                    except OSError:
+                        pass
+                    continue
+                sock = key.fileobj
+                try:
+                    gone = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""  # type: ignore[union-attr]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    gone = True
+                self.remove(sock)  # type: ignore[arg-type]
+                if gone:  # else: a pipelined request; it will be read later
+                    key.data()
+
+
+class ConnectionWatch:
+    """The handle a request passes to the TokenizerManager to learn of a hang-up."""
+
+    def __init__(self, watcher: DisconnectWatcher, sock: socket.socket):
+        self._watcher, self._sock = watcher, sock
+
+    def start(self, callback: Callable[[], None]) -> None:
+        self._watcher.add(self._sock, callback)
+
+    def stop(self) -> None:
+        self._watcher.remove(self._sock)
+
+
+class ReadDeadlines:
+    """Ends requests that take longer than ``timeout`` to arrive (slow-loris),
+    however slowly each byte trickles in."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self._armed: Dict[socket.socket, float] = {}
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, name="read-deadlines", daemon=True).start()
+
+    def arm(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._armed[sock] = time.monotonic() + self.timeout
+
+    def disarm(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._armed.pop(sock, None)
+
+    def _run(self) -> None:
+        tick = min(1.0, self.timeout / 4)
+        while True:
+            time.sleep(tick)  # a coarse clock, not synchronisation
+            now = time.monotonic()
+            with self._lock:
+                late = [s for s, t in self._armed.items() if t <= now]
+                for s in late:
+                    del self._armed[s]
+            for s in late:
+                try:
+                    s.shutdown(socket.SHUT_RD)  # the blocked read sees end-of-file
+                except OSError:
+                    pass
+
+
+class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 1024
+
+    def __init__(self, sock: socket.socket, app: Any, api_key: Optional[str], max_body: int, timeout: float):
+        # Bind and listen happen elsewhere (the socket may be shared by workers).
+        socketserver.BaseServer.__init__(self, sock.getsockname(), RequestHandler)
+        self.socket = sock
+        self.server_name, self.server_port = "mtok", sock.getsockname()[1]
+        self.app = app
+        self.routes = collect_routes(app)
+        self.api_key = api_key.encode() if api_key else None
+        self.max_body = max_body
+        self.read_timeout = timeout
+        self.watcher = DisconnectWatcher()
+        self.deadlines = ReadDeadlines(timeout)
+        self.tick: Optional[Callable[[], None]] = None
+        self.in_flight = 0  # requests being handled (idle keep-alive connections don't count)
+        self.served = 0
+        self._count_lock = threading.Lock()
+
+    def service_actions(self) -> None:
+        if self.tick is not None:
+            self.tick()
+
+    def count(self, delta: int) -> None:
+        with self._count_lock:
+            self.in_flight += delta
+            if delta < 0:
+                self.served -= delta
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        logger.exception("unhandled error serving %s", client_address)
+
+
+class RequestHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    wbufsize = -1  # buffered writes: one send per response, not one per header
+    disable_nagle_algorithm = True
+    server_version = "mtok"
+    sys_version = ""
+    server: HTTPServer
+
+    def setup(self) -> None:
+        self.timeout = self.server.read_timeout
+        super().setup()
+
+    # http.server calls do_<METHOD>; every method goes through dispatch.
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("do_"):
+            return self.dispatch
+        raise AttributeError(name)
+
+    def handle_one_request(self) -> None:
+        # The whole request, from its first byte to the end of its body, must
+        # arrive within the deadline; so must the next one on a kept-alive
+        # connection, which is what bounds idle connections too.
+        self.server.deadlines.arm(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.deadlines.disarm(self.connection)
+
+    def dispatch(self) -> None:
+        self.server.count(1)
+        try:
+            self._dispatch()
+        finally:
+            self.server.count(-1)
+
+    def _dispatch(self) -> None:
+        path, _, query = self.path.partition("?")
+        if "://" in path:
+            path = urlsplit(path).path
+        try:
+            methods = self.server.routes.get(path)
+            if methods is None:
+                raise APIError(f"no route for {path!r}", 404)
+            handler = methods.get(self.command)
+            if handler is None:
+                allow = ", ".join(sorted(methods))
+                raise APIError(f"{self.command} is not allowed on {path}; use {allow}", 405, headers={"Allow": allow})
+            if self.server.api_key is not None and path != "/health":
+                self.check_api_key()
+            raw = self.read_body()
+            self.server.deadlines.disarm(self.connection)
+            req = Request(self.command, path, query, self.headers, raw, ConnectionWatch(self.server.watcher, self.connection))
+            self.write(handler(req))
+        except APIError as e:
+            self.send_json(e.body(), e.status, e.headers)
+        except ClientDisconnected:
+            self.close_connection = True
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as e:  # a bug must cost one request, never the server
+            logger.exception("error in %s %s", self.command, path)
+            self.send_json(APIError(f"internal error: {type(e).__name__}", 500).body(), 500)
+
+    def check_api_key(self) -> None:
+        auth = self.headers.get("Authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.server.api_key):
+            raise APIError("a valid API key is required (Authorization: Bearer <key>)", 401,
+                           headers={"WWW-Authenticate": "Bearer"})
+
+    def read_body(self) -> bytes:
+        limit = self.server.max_body
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self._read_chunked(limit)
+        length = self.headers.get("Content-Length")
+        if length is None:
+            if self.command in ("POST", "PUT", "PATCH"):
+                self.close_connection = True
+                raise APIError("a request body needs Content-Length or chunked encoding", 411)
+            return b""
+        if not length.strip().isdigit():
+            self.close_connection = True
+            raise APIError(f"invalid Content-Length {length!r}", 400)
+        n = int(length)
+        if n > limit:
+            self.close_connection = True
+            raise APIError(f"request body of {n} bytes exceeds the limit of {limit}", 413)
+        return self._read_exact(n)
+
+    def _read_exact(self, n: int) -> bytes:
+        data = self.rfile.read(n)
+        if len(data) < n:
+            self.close_connection = True
+            raise APIError(f"request body ended after {len(data)} of {n} bytes", 400)
+        return data
+
+    def _read_chunked(self, limit: int) -> bytes:
+        parts, total = [], 0
+        while True:
+            line = self.rfile.readline(1026)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                self.close_connection = True
+                raise APIError("malformed chunked body", 400) from None
+            if size == 0:
+                while self.rfile.readline(1026) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers, ignored
+                return b"".join(parts)
+            total += size
+            if total > limit:
+                self.close_connection = True
+                raise APIError(f"request body exceeds the limit of {limit} bytes", 413)
+            parts.append(self._read_exact(size))
+            if self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                self.close_connection = True
+                raise APIError("malformed chunked body", 400)
+
+    # -- writing ---------------------------------------------------------------------
+    def write(self, result: Any) -> None:
+        if isinstance(result, EventStream):
+            self.send_events(result)
+        elif isinstance(result, Response):
+            self.send_json(result.body, result.status, result.headers)
+        else:
+            self.send_json(result)
+
+    def send_json(self, body: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> None:
+        data = json.dumps(body, ensure_ascii=False).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self._common_headers(headers)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        self.wfile.flush()
+
+    def _common_headers(self, headers: Optional[Dict[str, str]]) -> None:
+        self.send_header("X-Mtok-Worker", str(os.getpid()))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+
+    def send_events(self, stream: EventStream) -> None:
+        chunked = self.request_version != "HTTP/1.0"
+        if not chunked:
+            self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        self._common_headers(stream.headers)
+        self.end_headers()
+        write, flush = self.wfile.write, self.wfile.flush
+        try:
+            for ev in stream.events:
+                data = ev if isinstance(ev, str) else json.dumps(ev, ensure_ascii=False)
+                payload = b"data: " + data.encode() + b"\n\n"
+                if chunked:
+                    write(b"%x\r\n%s\r\n" % (len(payload), payload))
+                else:
+                    write(payload)
+                flush()
+            if chunked:
+                write(b"0\r\n\r\n")
+            flush()
+        finally:
+            close = getattr(stream.events, "close", None)
+            if close is not None:
+                close()  # aborts the request if the client left mid-stream
+
+    def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
+        """http.server's own errors (bad request line, header flood, ...) as JSON."""
+        self.close_connection = True
+        body = APIError(message or self.responses.get(code, ("error",))[0], code).body()
+        try:
+            self.send_json(body, code)
+        except OSError:
+            pass
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s %s", self.address_string(), format % args)
+
+
+def make_listen_socket(host: str, port: int, reuseport: bool, listen: bool = True) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuseport:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    if listen:
+        sock.listen(HTTPServer.request_queue_size)
+    return sock
+
+
+def reuseport_available() -> bool:
+    return hasattr(socket, "SO_REUSEPORT")
+

@@ -1,0 +1,340 @@
+"""The transport: ``multiprocessing.connection`` over AF_UNIX, authenticated.
+
+An IPC name is the path of a socket file in the server's private (0700)
+directory, so a sender can reach any endpoint from its name alone.  A
+:class:`Receiver` owns a name and reads from every peer that connects to it
+(ZMQ's PULL); a :class:`Sender` connects to a name on first use (PUSH).  Every
+connection runs multiprocessing's HMAC challenge in both directions before a
+byte of payload is read, and payloads are unpickled by :func:`loads`, which
+refuses any class that is not an mtok message.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import logging
+import os
+import pickle
+import queue
+import socket
+import threading
+from multiprocessing.connection import (
+    AuthenticationError,
+    Client,
+    Connection,
+    answer_challenge,
+    deliver_challenge,
+    wait,
+)
+from typing import Any, Dict, List, Optional
+
+from . import io_struct
+
+logger = logging.getLogger(__name__)
+
+HANDSHAKE_TIMEOUT = 5.0
+
+_ALLOWED = {(cls.__module__, cls.__qualname__) for cls in io_struct.MESSAGE_TYPES}
+
+
+class _MessageUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}: not an mtok message")
+
+
+def dumps(obj: Any) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def loads(data: bytes) -> Any:
+    return _MessageUnpickler(io.BytesIO(data)).load()
+
+
+def ipc_name(sock_dir: str, role: str) -> str:
+    return os.path.join(sock_dir, f"{role}.sock")
+
+
+class Receiver:
+    """Listens on an IPC name and yields messages from every connected peer."""
+
+    def __init__(self, name: str, authkey: bytes):
+        self.name = name
+        self._authkey = authkey
+        self._conns: List[Connection] = []
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        self._closed = False
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(name)
+        self._sock.listen(128)
+        threading.Thread(target=self._accept_loop, name=f"accept:{os.path.basename(name)}", daemon=True).start()
+
+    @property
+    def peer_count(self) -> int:
+        return len(self._conns)
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                sock, _ = self._sock.accept()
+            except OSError:
+                if self._closed:
+                    return
+                continue
+            threading.Thread(target=self._handshake, args=(sock,), daemon=True).start()
+
+    def _handshake(self, sock: socket.socket) -> None:
+        """Authenticate one peer, giving up after HANDSHAKE_TIMEOUT so a silent
+        peer cannot hold the endpoint."""
+        conn = Connection(os.dup(sock.fileno()))
+        done = threading.Lock()
+
+        def expire() -> None:
+            if done.acquire(blocking=False):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        timer = threading.Timer(HANDSHAKE_TIMEOUT, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            deliver_challenge(conn, self._authkey)
+            answer_challenge(conn, self._authkey)
+            if not done.acquire(blocking=False):
+                raise AuthenticationError("handshake timed out")
+        except (AuthenticationError, EOFError, OSError) as e:
+            logger.warning("refused a peer on %s: %s", self.name, e or type(e).__name__)
+            conn.close()
+            return
+        finally:
+            timer.cancel()
+            sock.close()
+        with self._lock:
+            if self._closed:
+                conn.close()
+                return
+            self._conns.append(conn)
+        os.write(self._wake_w, b"\0")
+
+    def _drop(self, conn: Connection) -> None:
+        with self._lock:
+            if conn in self._conns:
+                self._conns.remove(conn)
+        conn.close()
+
+    def recv_bytes_all(self, timeout: Optional[float] = None) -> List[bytes]:
+        """Every payload that is ready, waiting up to ``timeout`` for the first
+        (None: forever).  Returns [] on timeout or when a new peer joined."""
+        with self._lock:
+            if self._closed:
+                return []
+            conns = list(self._conns)
+        try:
+            ready = wait(conns + [self._wake_r], timeout)
+        except (OSError, ValueError):  # closed under us
+            return []
+        out: List[bytes] = []
+        for c in ready:
+            if c == self._wake_r:
+                try:
+                    os.read(self._wake_r, 4096)
+                except OSError:
+                    return out
+                continue
+            try:
+                out.append(c.recv_bytes())
+                while c.poll(0):
+                    out.append(c.recv_bytes())
+            except (EOFError, OSError):
+                self._drop(c)
+        return out
+
+    def recv_all(self, timeout: Optional[float] = None) -> List[Any]:
+        out = []
+        for data in self.recv_bytes_all(timeout):
+            try:
+                out.append(loads(data))
+            except Exception as e:  # an authenticated peer sent garbage: log, never die
+                logger.error("dropping an undecodable message on %s: %s", self.name, e)
+        return out
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            c.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.unlink(self.name)
+        except OSError:
+            pass
+
+
+class Sender:
+    """A connection to an IPC name, opened on first send and reopened after a failure."""
+
+    def __init__(self, name: str, authkey: bytes):
+        self.name = name
+        self._authkey = authkey
+        self._conn: Optional[Connection] = None
+        self._lock = threading.Lock()
+
+    def send_bytes(self, data: bytes) -> None:
+        with self._lock:
+            try:
+                if self._conn is None:
+                    self._conn = Client(self.name, family="AF_UNIX", authkey=self._authkey)
+                self._conn.send_bytes(data)
+            except (OSError, EOFError, AuthenticationError) as e:
+                self._reset()
+                raise ConnectionError(f"cannot send to {self.name}: {e}") from e
+
+    def send(self, obj: Any) -> None:
+        self.send_bytes(dumps(obj))
+
+    def _reset(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+        self._conn = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._reset()
+
+
+class SenderWrapper:
+    """Stamps the owning worker's IPC name on everything it sends, so that
+    :class:`~mtok.tokenizer_manager.TokenizerManager` code needs no routing logic."""
+
+    def __init__(self, sender: Sender, worker_ipc: str):
+        self.sender = sender
+        self.worker_ipc = worker_ipc
+
+    def send(self, obj: Any) -> None:
+        if isinstance(obj, io_struct.BaseReq):
+            obj.http_worker_ipc = self.worker_ipc
+        elif isinstance(obj, io_struct.BaseBatchReq):
+            obj.http_worker_ipcs = [self.worker_ipc] * len(obj.rids)
+        self.sender.send(obj)
+
+    def close(self) -> None:
+        self.sender.close()
+
+
+class _Peer:
+    """One worker's outbound queue and the thread that drains it.
+
+    A worker that is stopped or wedged must not stall the sender's loop (the
+    detokenizer serves every worker), so sends are queued here; a peer whose
+    queue passes ``max_pending`` is treated as gone."""
+
+    def __init__(self, name: str, authkey: bytes, on_gone, max_pending: int):
+        self.name = name
+        self._sender = Sender(name, authkey)
+        self._queue: "queue.SimpleQueue[Optional[bytes]]" = queue.SimpleQueue()
+        self._on_gone = on_gone
+        self._max_pending = max_pending
+        self.alive = True
+        threading.Thread(target=self._run, name=f"peer:{os.path.basename(name)}", daemon=True).start()
+
+    def put(self, data: bytes) -> bool:
+        if self._queue.qsize() >= self._max_pending:
+            self._fail(f"{self._max_pending} messages pending")
+            return False
+        self._queue.put(data)
+        return self.alive
+
+    def _run(self) -> None:
+        while True:
+            data = self._queue.get()
+            if data is None or not self.alive:
+                break
+            try:
+                self._sender.send_bytes(data)
+            except ConnectionError as e:
+                self._fail(str(e.__cause__ or e))
+                break
+        self._sender.close()
+
+    def _fail(self, why: str) -> None:
+        if self.alive:
+            self.alive = False
+            self._queue.put(None)
+            self._on_gone(self, why)
+
+    def close(self) -> None:
+        self.alive = False
+        self._queue.put(None)
+
+
+class SocketMapping:
+    """IPC name -> outbound connection, opened the first time a name is seen.
+
+    Workers come and go (a replacement gets a new name), so nothing is
+    registered up front.  A peer that has gone is logged and its entry dropped;
+    nothing is raised into the caller's loop.
+    """
+
+    def __init__(self, authkey: bytes, max_pending: int = 10000):
+        self._authkey = authkey
+        self._max_pending = max_pending
+        self._mapping: Dict[str, _Peer] = {}
+        self._gone_names: "collections.OrderedDict[str, None]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._mapping
+
+    def __len__(self) -> int:
+        return len(self._mapping)
+
+    def send_output(self, name: Optional[str], output: Any) -> bool:
+        if name is None:
+            logger.warning("no IPC name on %s; dropped", type(output).__name__)
+            return False
+        peer = self._mapping.get(name)
+        if peer is None:
+            if name in self._gone_names:
+                return False  # already logged once; a dead name never comes back
+            with self._lock:
+                peer = self._mapping.get(name)
+                if peer is None:
+                    peer = self._mapping[name] = _Peer(name, self._authkey, self._gone, self._max_pending)
+        return peer.put(dumps(output))
+
+    def _gone(self, peer: _Peer, why: str) -> None:
+        logger.warning("peer %s is gone (%s); dropping its mapping", peer.name, why)
+        with self._lock:
+            if self._mapping.get(peer.name) is peer:
+                del self._mapping[peer.name]
+            self._gone_names[peer.name] = None
+            while len(self._gone_names) > 1024:
+                self._gone_names.popitem(last=False)
+
+    def drop(self, name: str) -> None:
+        with self._lock:
+            peer = self._mapping.pop(name, None)
+        if peer is not None:
+            peer.close()
+
+    def clear_all_sockets(self) -> None:
+        for name in list(self._mapping):
+            self.drop(name)

@@ -1,0 +1,281 @@
+"""The scheduler: continuous batching around a pluggable engine.
+
+Between steps new requests join the running batch (up to
+``--max-running-requests``; the rest wait, up to ``--max-queued-requests``,
+and beyond that are refused with 503).  Every step advances every running
+request by one token; stop tokens, eos, stop strings and ``max_new_tokens``
+end a request here, so no engine step is spent past its end.  Each step's new
+tokens for the whole batch go to the detokenizer as one ``BatchTokenIDOutput``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import signal
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+
+from .args import PortArgs, ServerArgs, read_args
+from .decoding import DecodeState, IncrementalDecoder, find_stop
+from .engines import EngineContext, load_engine
+from .io_struct import (
+    AbortReq,
+    BatchEmbeddingOutput,
+    BatchTokenIDOutput,
+    RpcOutput,
+    RpcReq,
+    SamplingParams,
+    TokenizedEmbeddingReqInput,
+    TokenizedGenerateReqInput,
+)
+from .ipc import Receiver, Sender
+from .procutil import ChildBoot, exit_now, on_signal
+from .tokenizer import load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+def abort_reason(message: str, status_code: int = 400) -> Dict[str, Any]:
+    return {"type": "abort", "message": message, "status_code": status_code}
+
+
+class Req:
+    """A request inside the scheduler; engines see rid, input_ids, output_ids, sampling_params."""
+
+    __slots__ = (
+        "rid", "input_ids", "output_ids", "sampling_params", "http_worker_ipc", "model",
+        "finished_reason", "new_ids", "decode", "checked", "stop_offset",
+    )
+
+    def __init__(self, msg: TokenizedGenerateReqInput):
+        self.rid = msg.rid
+        self.input_ids = msg.input_ids
+        self.sampling_params: SamplingParams = msg.sampling_params
+        self.http_worker_ipc = msg.http_worker_ipc
+        self.model = msg.model
+        self.output_ids: List[int] = []
+        self.new_ids: List[int] = []
+        self.finished_reason: Optional[Dict[str, Any]] = None
+        sp = self.sampling_params
+        self.decode = DecodeState(sp.skip_special_tokens, sp.spaces_between_special_tokens) if sp.stop else None
+        self.checked = 0  # length of decoded text already searched for stop strings
+        self.stop_offset: Optional[int] = None
+
+
+class Scheduler:
+    def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes):
+        self.server_args = server_args
+        self.tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.tokenizer_backend)
+        self.engine = load_engine(
+            server_args.engine,
+            EngineContext(server_args.model_name, self.tokenizer, server_args.engine_step_delay),
+        )
+        self.decoder = IncrementalDecoder(self.tokenizer)
+        self.eos_ids = self.tokenizer.eos_token_ids
+        self.waiting: Deque[Req] = collections.deque()
+        self.running: List[Req] = []
+        self.reqs: Dict[str, Req] = {}
+        self.pending_output: List[Req] = []  # refused or aborted since the last step
+        self.embed_queue: List[TokenizedEmbeddingReqInput] = []
+        self.step_delay = server_args.engine_step_delay
+        self.recv_from_tokenizer = Receiver(port_args.scheduler_input_ipc_name, authkey)
+        self.send_to_detokenizer = Sender(port_args.detokenizer_ipc_name, authkey)
+        self._dispatch: Dict[type, Callable[[Any], None]] = {
+            TokenizedGenerateReqInput: self.handle_generate,
+            TokenizedEmbeddingReqInput: self.embed_queue.append,
+            AbortReq: self.handle_abort,
+            RpcReq: self.handle_rpc,
+        }
+
+    # -- the loop ------------------------------------------------------------------
+    def event_loop(self) -> None:
+        next_step = 0.0
+        while True:
+            busy = bool(self.running or self.waiting)
+            timeout = max(0.0, next_step - time.monotonic()) if busy else None
+            for msg in self.recv_from_tokenizer.recv_all(timeout):
+                handler = self._dispatch.get(type(msg))
+                if handler is None:
+                    logger.error("unexpected message %s", type(msg).__name__)
+                else:
+                    handler(msg)
+            if self.embed_queue:
+                self.run_embeddings()
+            if (self.running or self.waiting) and time.monotonic() >= next_step:
+                started = time.monotonic()
+                self.run_step()
+                next_step = started + self.step_delay
+            elif self.pending_output:
+                self.send_outputs([])
+
+    # -- messages ------------------------------------------------------------------
+    def handle_generate(self, msg: TokenizedGenerateReqInput) -> None:
+        req = Req(msg)
+        if msg.rid in self.reqs:
+            req.finished_reason = abort_reason(f"request id {msg.rid!r} is already in use", 400)
+        elif len(self.waiting) >= self.server_args.max_queued_requests:
+            req.finished_reason = abort_reason("the server is at capacity; retry later", 503)
+        else:
+            self.reqs[req.rid] = req
+            self.waiting.append(req)
+            return
+        self.pending_output.append(req)
+
+    def handle_abort(self, msg: AbortReq) -> None:
+        if msg.abort_all_of is not None:
+            victims = [r for r in self.reqs.values() if r.http_worker_ipc == msg.abort_all_of]
+            if victims:
+                logger.info("aborting %d request(s) of departed worker %s", len(victims), msg.abort_all_of)
+        else:
+            victims = [self.reqs[msg.rid]] if msg.rid in self.reqs else []
+        for req in victims:
+            self.abort(req, abort_reason("aborted", 499))
+        if msg.abort_all_of is not None:
+            # Flush the aborts first, then let the detokenizer forget the worker.
+            self.send_outputs([])
+            self.send_to_detokenizer.send(msg)
+
+    def rpc_abort(self, rid: str) -> bool:
+        """Abort on behalf of any worker (``POST /abort_request``); True if it was found."""
+        req = self.reqs.get(rid)
+        if req is not None:
+            self.abort(req, abort_reason("aborted by /abort_request", 499))
+        return req is not None
+
+    def abort(self, req: Req, reason: Dict[str, Any]) -> None:
+        req.finished_reason = reason
+        self.reqs.pop(req.rid, None)
+        if req in self.running:
+            self.running.remove(req)
+            self.engine.finish_request(req)
+        else:
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                pass
+        self.pending_output.append(req)
+
+    def handle_rpc(self, msg: RpcReq) -> None:
+        method = getattr(self, f"rpc_{msg.method}", None)
+        out = RpcOutput(rid=msg.rid, http_worker_ipc=msg.http_worker_ipc)
+        if method is None:
+            out.error = f"unknown method {msg.method!r}"
+        else:
+            try:
+                out.result = method(**msg.params)
+            except Exception as e:  # a bad call must not take the scheduler down
+                out.error = f"{type(e).__name__}: {e}"
+        self.send_to_detokenizer.send(out)
+
+    def rpc_get_state(self) -> Dict[str, Any]:
+        by_worker: Dict[str, int] = collections.Counter(r.http_worker_ipc or "" for r in self.reqs.values())
+        return {
+            "num_running": len(self.running),
+            "num_waiting": len(self.waiting),
+            "running_rids": [r.rid for r in self.running],
+            "waiting_rids": [r.rid for r in self.waiting],
+            "requests_by_worker": dict(by_worker),
+            "pid": os.getpid(),
+        }
+
+    # -- a step --------------------------------------------------------------------
+    def run_step(self) -> None:
+        limit = self.server_args.max_running_requests
+        while self.waiting and len(self.running) < limit:
+            req = self.waiting.popleft()
+            self.engine.add_request(req)
+            self.running.append(req)
+        batch = self.running
+        try:
+            tokens = self.engine.step(batch)
+            if len(tokens) != len(batch):
+                raise RuntimeError(f"engine returned {len(tokens)} tokens for a batch of {len(batch)}")
+        except Exception as e:
+            logger.exception("engine step failed; aborting its batch")
+            for req in list(batch):
+                self.abort(req, abort_reason(f"engine error: {type(e).__name__}: {e}", 500))
+            self.send_outputs([])
+            return
+        for req, tok in zip(batch, tokens):
+            req.output_ids.append(tok)
+            req.new_ids = [tok]
+        self.check_finished(batch)
+        self.running = []
+        for req in batch:
+            if req.finished_reason is None:
+                self.running.append(req)
+            else:
+                self.reqs.pop(req.rid, None)
+                self.engine.finish_request(req)
+        self.send_outputs(batch)
+
+    def check_finished(self, batch: Sequence[Req]) -> None:
+        with_stops = []
+        for req in batch:
+            sp, tok = req.sampling_params, req.output_ids[-1]
+            n = len(req.output_ids)
+            if n >= sp.min_new_tokens:
+                if tok in sp.stop_token_ids or (not sp.ignore_eos and tok in self.eos_ids):
+                    req.finished_reason = {"type": "stop", "matched": tok}
+                    continue
+            if req.decode is not None:
+                req.decode.ids.append(tok)
+                with_stops.append(req)
+            if n >= sp.max_new_tokens:
+                req.finished_reason = {"type": "length", "length": n}
+        if with_stops:
+            final = [r.finished_reason is not None for r in with_stops]
+            self.decoder.step([r.decode for r in with_stops], final)
+            for req in with_stops:
+                text = req.decode.text
+                start, req.checked = req.checked, len(text)
+                if len(req.output_ids) < req.sampling_params.min_new_tokens:
+                    continue
+                hit = find_stop(text, req.sampling_params.stop, start)
+                if hit is not None:
+                    req.finished_reason = {"type": "stop", "matched": hit[1]}
+                    req.stop_offset = hit[0]
+
+    def send_outputs(self, batch: Sequence[Req]) -> None:
+        reqs = list(batch) + self.pending_output
+        self.pending_output = []
+        if not reqs:
+            return
+        out = BatchTokenIDOutput(rids=[r.rid for r in reqs], http_worker_ipcs=[r.http_worker_ipc for r in reqs])
+        for r in reqs:
+            sp = r.sampling_params
+            out.finished_reasons.append(r.finished_reason)
+            out.decode_ids.append(r.new_ids)
+            out.prompt_tokens.append(len(r.input_ids))
+            out.completion_tokens.append(len(r.output_ids))
+            out.skip_special_tokens.append(sp.skip_special_tokens)
+            out.spaces_between_special_tokens.append(sp.spaces_between_special_tokens)
+            out.no_stop_trim.append(sp.no_stop_trim)
+            out.stop.append(sp.stop or None)
+            out.stop_str_offsets.append(r.stop_offset)
+            r.new_ids = []
+        self.send_to_detokenizer.send(out)
+
+    def run_embeddings(self) -> None:
+        batch, self.embed_queue = self.embed_queue, []
+        out = BatchEmbeddingOutput(rids=[r.rid for r in batch], http_worker_ipcs=[r.http_worker_ipc for r in batch])
+        try:
+            out.embeddings = [list(map(float, v)) for v in self.engine.embed(batch)]
+            out.finished_reasons = [{"type": "stop"} for _ in batch]
+        except Exception as e:
+            logger.warning("embedding failed: %s", e)
+            out.embeddings = [[] for _ in batch]
+            status = 400 if isinstance(e, NotImplementedError) else 500
+            out.finished_reasons = [abort_reason(str(e), status) for _ in batch]
+        out.prompt_tokens = [len(r.input_ids) for r in batch]
+        self.send_to_detokenizer.send(out)
+
+
+def run_scheduler_process(shm_name: str, authkey: bytes, parent_pid: int, ready_conn) -> None:
+    server_args, port_args = read_args(shm_name)
+    with ChildBoot("scheduler", parent_pid, ready_conn, server_args.log_level):
+        scheduler = Scheduler(server_args, port_args, authkey)
+    on_signal(signal.SIGTERM, lambda: exit_now(0))
+    scheduler.event_loop()

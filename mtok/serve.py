@@ -1,0 +1,389 @@
+"""``python -m mtok.serve``: start the processes and supervise them.
+
+The :class:`Arbiter` (the name is gunicorn's) owns every child.  Its main
+thread runs one loop: take the signals queued since the last turn, reap
+children that exited, kill workers whose heartbeat went stale, start their
+replacements, and sleep on the children's sentinels until something happens.
+
+Signals: SIGTERM stops gracefully (requests in flight may finish within
+``--graceful-timeout``); SIGINT and SIGQUIT stop at once.  Either way every
+child exits, the socket directory and shared memory are removed, and the exit
+status is 0.  A scheduler or detokenizer that dies fails every request in
+flight with a 503 and stops the server with status 1; a worker that fails to
+boot halts it with status 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from multiprocessing.connection import wait
+from typing import Any, List, Optional
+
+from .args import PortArgs, ServerArgs, args_shm_name, remove_stale_segments, unlink_shm, write_args
+from .detokenizer import run_detokenizer_process
+from .http_server import make_listen_socket, reuseport_available
+from .io_struct import ServerFailure
+from .ipc import ipc_name
+from .procutil import configure_logging
+from .scheduler import run_scheduler_process
+from .status import (
+    DETOKENIZER_SLOT,
+    FIRST_WORKER_SLOT,
+    SCHEDULER_SLOT,
+    ServerState,
+    SlotState,
+    StatusBoard,
+    status_shm_name,
+)
+from .worker import HttpFrontend, run_tokenizer_worker_process
+
+logger = logging.getLogger("mtok.serve")
+
+BOOT_TIMEOUT = 120.0
+STOP_TIMEOUT = 3.0
+EXIT_FAILED, EXIT_BOOT_ERROR = 1, 3
+
+
+class BootError(Exception):
+    """A process could not start; the server halts instead of retrying."""
+
+
+def describe_exit(code: Optional[int]) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class Child:
+    """One child process and its boot handshake."""
+
+    def __init__(self, role: str, slot: int, process: Any, ready: Any, ipc: Optional[str] = None):
+        self.role, self.slot, self.process, self.ready, self.ipc = role, slot, process, ready, ipc
+        self.booted = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} (pid {self.process.pid})"
+
+    def poll_boot(self) -> bool:
+        """True once booted; raises BootError if it failed to."""
+        if self.booted:
+            return True
+        if self.ready.poll():
+            try:
+                kind, detail = self.ready.recv()
+            except (EOFError, OSError):
+                kind, detail = "error", None
+            if kind == "ready":
+                self.booted = True
+                self.ready.close()
+                return True
+            raise BootError(detail or f"{self.name} exited during boot: {describe_exit(self.process.exitcode)}")
+        if not self.process.is_alive():
+            raise BootError(f"{self.name} exited during boot: {describe_exit(self.process.exitcode)}")
+        return False
+
+
+class Arbiter:
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+    def __init__(self, args: ServerArgs):
+        self.args = args
+        self.ctx = multiprocessing.get_context("spawn")
+        self.authkey = os.urandom(32)  # travels to children over the spawn pipe only
+        self.pid = os.getpid()
+        self.signals: List[int] = []
+        self.core: List[Child] = []
+        self.workers: List[Child] = []
+        self.sock_dir: Optional[str] = None
+        self.args_shm: Any = None
+        self.board: Optional[StatusBoard] = None
+        self.listen_sock: Any = None
+        self.router: Any = None
+        self.frontend: Optional[HttpFrontend] = None
+        self.port_args: Optional[PortArgs] = None
+        self.shared_sock = False
+
+    # -- set-up ----------------------------------------------------------------------
+    def run(self) -> int:
+        self._install_signals()
+        try:
+            self.setup()
+            self.boot()
+        except BootError as e:
+            logger.error("%s", e)
+            print(f"mtok: {e}", file=sys.stderr, flush=True)
+            self.stop(graceful=False)
+            self.teardown()
+            return EXIT_BOOT_ERROR
+        except BaseException:
+            self.stop(graceful=False)
+            self.teardown()
+            raise
+        try:
+            return self.loop()
+        finally:
+            self.teardown()
+
+    def setup(self) -> None:
+        args = self.args
+        for seg in remove_stale_segments():
+            logger.info("removed shared memory %s left by a dead server", seg)
+        self._remove_stale_dirs()
+        self.sock_dir = tempfile.mkdtemp(prefix=f"mtok-{self.pid}-")  # mode 0700
+        os.chmod(self.sock_dir, 0o700)
+        n = args.tokenizer_worker_num
+        mode = args.listen_mode
+        if mode == "auto":
+            mode = "reuseport" if reuseport_available() else "shared"
+        self.shared_sock = n == 1 or mode == "shared"
+        try:
+            self.listen_sock = make_listen_socket(args.host, args.port, reuseport=not self.shared_sock,
+                                                  listen=self.shared_sock)
+        except OSError as e:
+            raise BootError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
+        args.port = self.listen_sock.getsockname()[1]
+        port_args = PortArgs.in_dir(self.sock_dir)
+        self.port_args = port_args
+        self.args_shm = write_args(args_shm_name(self.pid), args, port_args)
+        self.board = StatusBoard.create(status_shm_name(self.pid), n)
+
+    def _remove_stale_dirs(self) -> None:
+        from .args import pid_alive
+
+        for path in glob.glob(os.path.join(tempfile.gettempdir(), "mtok-*-*")):
+            try:
+                pid = int(os.path.basename(path).split("-")[1])
+            except (IndexError, ValueError):
+                continue
+            if pid != self.pid and not pid_alive(pid) and os.stat(path).st_uid == os.getuid():
+                shutil.rmtree(path, ignore_errors=True)
+
+    def boot(self) -> None:
+        for role, slot, target in (
+            ("scheduler", SCHEDULER_SLOT, run_scheduler_process),
+            ("detokenizer", DETOKENIZER_SLOT, run_detokenizer_process),
+        ):
+            self.core.append(self._spawn(role, slot, target, (args_shm_name(self.pid), self.authkey, self.pid)))
+        if self.args.tokenizer_worker_num == 1:
+            self._boot_single()
+        else:
+            from .router import MultiTokenizerRouter
+
+            self.router = MultiTokenizerRouter(self.port_args, self.authkey)
+            for i in range(self.args.tokenizer_worker_num):
+                self.workers.append(self._spawn_worker(FIRST_WORKER_SLOT + i))
+        self._wait_for_boot(self.core + self.workers)
+        if self.frontend is not None:
+            self.frontend.start()
+        self.board.state = ServerState.SERVING
+        host = f"[{self.args.host}]" if ":" in self.args.host else self.args.host
+        print(
+            f"mtok ready on http://{host}:{self.args.port} (workers={self.args.tokenizer_worker_num}, "
+            f"engine={self.args.engine}, tokenizer={self.args.tokenizer_path or 'built-in'})",
+            flush=True,
+        )
+
+    def _boot_single(self) -> None:
+        from .tokenizer_manager import TokenizerManager
+
+        self.board.claim(FIRST_WORKER_SLOT, self.pid)
+        try:
+            tm = TokenizerManager(self.args, self.port_args, self.authkey)
+        except Exception as e:
+            raise BootError(f"the tokenizer manager failed to start: {type(e).__name__}: {e}") from None
+        self.frontend = HttpFrontend(tm, self.board, FIRST_WORKER_SLOT, self.listen_sock, self.args)
+        self.board.set_state(FIRST_WORKER_SLOT, SlotState.READY)
+
+    def _spawn(self, role: str, slot: int, target: Any, args: tuple, ipc: Optional[str] = None) -> Child:
+        ready_r, ready_w = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(target=target, args=args[:3] + (ready_w,) + args[3:], name=f"mtok-{role}",
+                                daemon=True)
+        proc.start()
+        ready_w.close()
+        self.board.claim(slot, proc.pid)
+        return Child(role, slot, proc, ready_r, ipc)
+
+    def _spawn_worker(self, slot: int) -> Child:
+        name = ipc_name(self.sock_dir, f"worker-{slot - FIRST_WORKER_SLOT}-{os.urandom(4).hex()}")
+        ready_r, ready_w = self.ctx.Pipe(duplex=False)
+        args = (args_shm_name(self.pid), status_shm_name(self.pid), self.authkey, self.pid, slot, name, ready_w,
+                self.listen_sock if self.shared_sock else None)
+        proc = self.ctx.Process(target=run_tokenizer_worker_process, args=args, name="mtok-worker", daemon=True)
+        proc.start()
+        ready_w.close()
+        self.board.claim(slot, proc.pid)
+        return Child("worker", slot, proc, ready_r, name)
+
+    def _wait_for_boot(self, children: List[Child]) -> None:
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        while not all(c.poll_boot() for c in children):
+            if self.signals:
+                raise BootError("interrupted while starting")
+            if time.monotonic() > deadline:
+                late = ", ".join(c.name for c in children if not c.booted)
+                raise BootError(f"{late} did not start within {BOOT_TIMEOUT:g} s")
+            pending = [c for c in children if not c.booted]
+            wait([c.ready for c in pending] + [c.process.sentinel for c in pending] + [self._sig_r], 0.5)
+            self._drain_signal_pipe()
+        for c in children:
+            self.board.set_state(c.slot, SlotState.READY)
+
+    # -- signals ---------------------------------------------------------------------
+    def _install_signals(self) -> None:
+        self._sig_r, self._sig_w = os.pipe()
+        os.set_blocking(self._sig_r, False)
+        os.set_blocking(self._sig_w, False)
+        signal.set_wakeup_fd(self._sig_w)
+        for s in self.SIGNALS:
+            signal.signal(s, lambda signum, frame: self.signals.append(signum))
+
+    def _drain_signal_pipe(self) -> None:
+        try:
+            os.read(self._sig_r, 4096)
+        except (BlockingIOError, OSError):
+            pass
+
+    # -- the loop --------------------------------------------------------------------
+    def loop(self) -> int:
+        while True:
+            while self.signals:
+                sig = self.signals.pop(0)
+                logger.info("received %s", signal.Signals(sig).name)
+                self.stop(graceful=sig == signal.SIGTERM)
+                return 0
+            failure = self.reap_core()
+            if failure:
+                return self.fail(failure)
+            try:
+                self.manage_workers()
+            except BootError as e:
+                logger.error("%s; halting", e)
+                print(f"mtok: {e}", file=sys.stderr, flush=True)
+                self.stop(graceful=False)
+                return EXIT_BOOT_ERROR
+            sentinels = [c.process.sentinel for c in self.core + self.workers]
+            sentinels += [c.ready for c in self.workers if not c.booted]
+            wait(sentinels + [self._sig_r], 0.25)
+            self._drain_signal_pipe()
+
+    def reap_core(self) -> Optional[str]:
+        for c in self.core:
+            if not c.process.is_alive():
+                self.board.set_state(c.slot, SlotState.DEAD)
+                return f"the {c.name} died ({describe_exit(c.process.exitcode)})"
+        return None
+
+    def manage_workers(self) -> None:
+        for i, w in enumerate(self.workers):
+            if not w.booted:
+                if w.poll_boot():
+                    self.board.set_state(w.slot, SlotState.READY)
+                    logger.info("worker %d is back as pid %d", w.slot - FIRST_WORKER_SLOT, w.process.pid)
+                continue
+            if not w.process.is_alive():
+                logger.warning("%s died (%s); replacing it", w.name, describe_exit(w.process.exitcode))
+                self.board.set_state(w.slot, SlotState.DEAD)
+                self.router.worker_gone(w.ipc)
+                self.board.count_restart()
+                self.workers[i] = self._spawn_worker(w.slot)
+                continue
+            age = self.board.slot(w.slot).heartbeat_age
+            if age > self.args.worker_timeout:
+                logger.error("%s missed its heartbeat for %.1f s; killing it", w.name, age)
+                w.process.kill()
+        ready = all(w.booted for w in self.workers)
+        if self.board.state in (ServerState.SERVING, ServerState.DEGRADED):
+            self.board.state = ServerState.SERVING if ready else ServerState.DEGRADED
+
+    def fail(self, message: str) -> int:
+        logger.error("%s; failing requests in flight and stopping", message)
+        print(f"mtok: {message}", file=sys.stderr, flush=True)
+        self.board.state = ServerState.FAILED
+        if self.frontend is not None:
+            self.frontend.tm.fail_all(message)
+        elif self.router is not None:
+            self.router.broadcast(ServerFailure(message=message), [w.ipc for w in self.workers if w.booted])
+        self.stop(graceful=True, timeout=1.0)
+        return EXIT_FAILED
+
+    # -- stopping --------------------------------------------------------------------
+    def stop(self, graceful: bool, timeout: Optional[float] = None) -> None:
+        if self.board is not None and self.board.state != ServerState.FAILED:
+            self.board.state = ServerState.STOPPING
+        timeout = self.args.graceful_timeout if timeout is None else timeout
+        if self.frontend is not None:
+            self.frontend.stop_accepting()
+            if graceful:
+                self.frontend.drain(timeout)
+        live = [w.process for w in self.workers if w.process.is_alive()]
+        for p in live:
+            _signal(p, signal.SIGTERM if graceful else signal.SIGQUIT)
+        _reap(live, (timeout if graceful else 0) + STOP_TIMEOUT)
+        core = [c.process for c in self.core]
+        for p in core:
+            _signal(p, signal.SIGTERM)
+        _reap(core, STOP_TIMEOUT)
+
+    def teardown(self) -> None:
+        if self.router is not None:
+            self.router.close()
+        if self.listen_sock is not None:
+            self.listen_sock.close()
+        if self.board is not None:
+            shm = self.board.shm
+            self.board.close()
+            unlink_shm(shm)
+        unlink_shm(self.args_shm)
+        if self.sock_dir:
+            shutil.rmtree(self.sock_dir, ignore_errors=True)
+        signal.set_wakeup_fd(-1)
+
+
+def _signal(proc: Any, sig: int) -> None:
+    try:
+        os.kill(proc.pid, sig)
+    except (ProcessLookupError, TypeError):
+        pass
+
+
+def _reap(procs: List[Any], timeout: float) -> None:
+    """Wait for processes to exit; SIGKILL what is left at the deadline."""
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            logger.warning("pid %s did not stop in time; killing it", p.pid)
+            p.kill()
+            p.join(1.0)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mtok.serve", description="Serve an LLM frontend.")
+    ServerArgs.add_cli_args(parser)
+    args = ServerArgs.from_cli_args(parser.parse_args(argv))
+    try:
+        args.check()
+    except ValueError as e:
+        parser.error(str(e))
+    configure_logging(args.log_level, "main")
+    return Arbiter(args).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The status board: a small shared-memory segment every process can read.
+
+The supervisor writes the server's state and who holds each slot; each process
+writes its own heartbeat and counters into its slot.  Any worker can then
+answer ``/health`` or ``/get_server_info`` for the whole server without a
+round trip, and the supervisor spots a wedged worker by its stale heartbeat.
+Each field has exactly one writer, so no lock is needed.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import struct
+import time
+from dataclasses import dataclass
+from typing import List, Optional
+
+from .args import SHM_PREFIX, attach_shm, create_shm
+
+_HEADER = struct.Struct("<4sHHBxxxIQ")  # magic, version, nslots, state, restarts, started_ns
+_SLOT = struct.Struct("<IBxxxQQ")  # pid, state, heartbeat_ns, served
+HEADER_SIZE = 64
+SLOT_SIZE = 4096  # room after the fixed fields for per-process counters (metrics)
+SLOT_EXTRA = SLOT_SIZE - _SLOT.size
+_MAGIC = b"MTOK"
+
+SCHEDULER_SLOT = 0
+DETOKENIZER_SLOT = 1
+FIRST_WORKER_SLOT = 2
+
+
+class ServerState(enum.IntEnum):
+    STARTING = 0
+    SERVING = 1
+    DEGRADED = 2  # a worker is missing; the rest serve
+    STOPPING = 3
+    FAILED = 4
+
+
+class SlotState(enum.IntEnum):
+    EMPTY = 0
+    BOOTING = 1
+    READY = 2
+    STOPPING = 3
+    DEAD = 4
+
+
+@dataclass
+class SlotInfo:
+    index: int
+    pid: int
+    state: SlotState
+    heartbeat_age: float
+    served: int
+
+
+def status_shm_name(pid: Optional[int] = None) -> str:
+    return f"{SHM_PREFIX}status_{pid or os.getpid()}"
+
+
+class StatusBoard:
+    def __init__(self, shm, nslots: int):
+        self.shm = shm
+        self.buf = shm.buf
+        self.nslots = nslots
+
+    @classmethod
+    def create(cls, name: str, nworkers: int) -> "StatusBoard":
+        nslots = FIRST_WORKER_SLOT + nworkers
+        shm = create_shm(name, HEADER_SIZE + nslots * SLOT_SIZE)
+        board = cls(shm, nslots)
+        _HEADER.pack_into(board.buf, 0, _MAGIC, 1, nslots, ServerState.STARTING, 0, time.time_ns())
+        return board
+
+    @classmethod
+    def attach(cls, name: str) -> "StatusBoard":
+        shm = attach_shm(name)
+        magic, _, nslots, *_ = _HEADER.unpack_from(shm.buf, 0)
+        if magic != _MAGIC:
+            raise RuntimeError(f"{name} is not an mtok status board")
+        return cls(shm, nslots)
+
+    def close(self) -> None:
+        self.buf = None  # type: ignore[assignment]
+        try:
+            self.shm.close()
+        except BufferError:
+            pass
+
+    # -- header ------------------------------------------------------------------
+    def _header(self) -> tuple:
+        return _HEADER.unpack_from(self.buf, 0)
+
+    @property
+    def state(self) -> ServerState:
+        return ServerState(self._header()[3])
+
+    @state.setter
+    def state(self, value: ServerState) -> None:
+        struct.pack_into("<B", self.buf, 8, value)
+
+    @property
+    def restarts(self) -> int:
+        return self._header()[4]
+
+    def count_restart(self) -> None:
+        struct.pack_into("<I", self.buf, 12, self.restarts + 1)
+
+    @property
+    def started(self) -> float:
+        return self._header()[5] / 1e9
+
+    # -- slots ---------------------------------------------------------------------
+    def _offset(self, index: int) -> int:
+        if not 0 <= index < self.nslots:
+            raise IndexError(index)
+        return HEADER_SIZE + index * SLOT_SIZE
+
+    def claim(self, index: int, pid: int, state: SlotState = SlotState.BOOTING) -> None:
+        """Give a slot to a new process; its counters start from zero."""
+        off = self._offset(index)
+        self.buf[off : off + SLOT_SIZE] = bytes(SLOT_SIZE)
+        _SLOT.pack_into(self.buf, off, pid, state, time.monotonic_ns(), 0)
+
+    def set_state(self, index: int, state: SlotState) -> None:
+        struct.pack_into("<B", self.buf, self._offset(index) + 4, state)
+
+    def heartbeat(self, index: int) -> None:
+        struct.pack_into("<Q", self.buf, self._offset(index) + 8, time.monotonic_ns())
+
+    def set_served(self, index: int, n: int) -> None:
+        struct.pack_into("<Q", self.buf, self._offset(index) + 16, n)
+
+    def extra(self, index: int) -> memoryview:
+        """The slot's free area, for the owning process's own counters."""
+        off = self._offset(index) + _SLOT.size
+        return self.buf[off : off + SLOT_EXTRA]
+
+    def slot(self, index: int) -> SlotInfo:
+        pid, state, hb, served = _SLOT.unpack_from(self.buf, self._offset(index))
+        return SlotInfo(index, pid, SlotState(state), (time.monotonic_ns() - hb) / 1e9, served)
+
+    def worker_slots(self) -> List[SlotInfo]:
+        return [self.slot(i) for i in range(FIRST_WORKER_SLOT, self.nslots)]

@@ -1,0 +1,312 @@
+"""The HTTP process's half of the pipeline: tokenize, send, wait for text.
+
+:class:`TokenizerManager` runs inside the HTTP server process.  Handler
+threads call :meth:`generate_request`, which tokenizes, sends to the
+scheduler and then yields each request's :class:`ReqState` as the
+detokenizer's pieces arrive on a receiver thread (``handle_loop``).
+
+:class:`TokenizerWorker` is the multi-worker variant.  It overrides only where
+requests go and where results come back: its own IPC name, and a
+:class:`~mtok.ipc.SenderWrapper` that stamps that name on everything sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from typing import Any, Dict, Iterator, List, Optional
+
+from .args import PortArgs, ServerArgs
+from .io_struct import (
+    AbortReq,
+    BatchEmbeddingOutput,
+    BatchStrOutput,
+    GenerateReqInput,
+    RpcOutput,
+    RpcReq,
+    ServerFailure,
+    TokenizedEmbeddingReqInput,
+    TokenizedGenerateReqInput,
+)
+from .ipc import Receiver, Sender, SenderWrapper
+from .tokenizer import load_tokenizer
+from .validate import APIError, bad
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CONTEXT_LENGTH = 65536
+
+
+class ClientDisconnected(Exception):
+    """The HTTP client went away while its request was in flight."""
+
+
+_DISCONNECTED = object()
+
+
+class ReqState:
+    """What the HTTP side knows of one request; written by the receiver thread."""
+
+    __slots__ = (
+        "rid", "index", "mailbox", "stream", "text", "output_ids", "finished_reason",
+        "prompt_tokens", "completion_tokens", "created", "first_token_at", "embedding",
+    )
+
+    def __init__(self, rid: str, index: int, mailbox: "queue.SimpleQueue[Any]", stream: bool, prompt_tokens: int):
+        self.rid = rid
+        self.index = index
+        self.mailbox = mailbox
+        self.stream = stream
+        self.text = ""
+        self.output_ids: List[int] = []
+        self.finished_reason: Optional[Dict[str, Any]] = None
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = 0
+        self.created = time.monotonic()
+        self.first_token_at: Optional[float] = None
+        self.embedding: Optional[List[float]] = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_reason is not None
+
+    def error(self) -> Optional[APIError]:
+        """The HTTP error a finish stands for (refused, failed), if any."""
+        reason = self.finished_reason or {}
+        status = reason.get("status_code")
+        if reason.get("type") == "abort" and status and status != 499:
+            headers = {"Retry-After": "1"} if status == 503 else None
+            return APIError(reason.get("message", "request failed"), status, headers=headers)
+        return None
+
+
+class TokenizerManager:
+    def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes):
+        self.server_args = server_args
+        self.port_args = port_args
+        self.authkey = authkey
+        self.tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.tokenizer_backend)
+        self.model_name = server_args.model_name
+        self.context_length = (
+            server_args.context_length or self.tokenizer.max_model_len or DEFAULT_CONTEXT_LENGTH
+        )
+        self.rid_to_state: Dict[str, ReqState] = {}
+        self.rpc_waiters: Dict[str, "queue.SimpleQueue[RpcOutput]"] = {}
+        self.failure: Optional[str] = None
+        self.recv_from_detokenizer = Receiver(self.result_ipc_name, authkey)
+        self.send_to_scheduler = self.make_sender()
+        self._dispatch = {
+            BatchStrOutput: self.handle_batch_output,
+            BatchEmbeddingOutput: self.handle_embedding_output,
+            RpcOutput: self.handle_rpc_output,
+            ServerFailure: lambda m: self.fail_all(m.message),
+        }
+        threading.Thread(target=self.handle_loop, name="tm-recv", daemon=True).start()
+
+    # -- routing hooks (TokenizerWorker overrides these) ---------------------------
+    @property
+    def result_ipc_name(self) -> str:
+        return self.port_args.tokenizer_ipc_name
+
+    def make_sender(self) -> Any:
+        return Sender(self.port_args.scheduler_input_ipc_name, self.authkey)
+
+    # -- requests ------------------------------------------------------------------
+    def tokenize_request(self, obj: GenerateReqInput) -> List[TokenizedGenerateReqInput]:
+        if obj.text is not None:
+            texts = obj.text if obj.is_batch else [obj.text]
+            prompts = self.tokenizer.encode_batch(texts)  # type: ignore[arg-type]
+        else:
+            prompts = obj.input_ids if obj.is_batch else [obj.input_ids]  # type: ignore[list-item]
+            self.check_ids(prompts, "input_ids")  # type: ignore[arg-type]
+        rids = obj.rid if isinstance(obj.rid, list) else [obj.rid] if obj.rid else None
+        out = []
+        for i, ids in enumerate(prompts):
+            sp = obj.params_at(i)
+            where = f" (prompt {i})" if obj.is_batch else ""
+            if not ids:
+                raise bad(f"the prompt is empty{where}", "text" if obj.text is not None else "input_ids")
+            if len(ids) + sp.max_new_tokens > self.context_length:
+                raise bad(
+                    f"this model's maximum context length is {self.context_length} tokens; the prompt has "
+                    f"{len(ids)} and {sp.max_new_tokens} more were requested{where}",
+                    "max_new_tokens",
+                )
+            self.check_ids([sp.stop_token_ids], "stop_token_ids")
+            rid = rids[i] if rids else uuid.uuid4().hex
+            out.append(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp, stream=obj.stream,
+                                                 model=obj.model))
+        return out
+
+    def check_ids(self, seqs: List[List[int]], param: str) -> None:
+        n = self.tokenizer.vocab_size
+        for ids in seqs:
+            for t in ids:
+                if not 0 <= t < n:
+                    raise bad(f"token id {t} is out of range for a vocabulary of {n}", param)
+
+    def generate_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> Iterator[ReqState]:
+        """Yield each request's state as it changes (every step when streaming,
+        else once at the end), until all have finished.  Closing the iterator
+        early aborts whatever has not finished."""
+        reqs = self.tokenize_request(obj)
+        return self._run(reqs, obj.stream, watch)
+
+    def _run(self, reqs: List[Any], stream: bool, watch: Optional[Any]) -> Iterator[ReqState]:
+        mailbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        states = []
+        for i, r in enumerate(reqs):
+            if r.rid in self.rid_to_state or any(s.rid == r.rid for s in states):
+                raise bad(f"request id {r.rid!r} is already in use", "rid")
+            states.append(ReqState(r.rid, i, mailbox, stream, len(r.input_ids)))
+        self._check_alive()
+        for st in states:
+            self.rid_to_state[st.rid] = st
+        if watch is not None:
+            watch.start(lambda: mailbox.put(_DISCONNECTED))
+        done = set()
+        try:
+            for r in reqs:
+                self._send(r)
+            while len(done) < len(states):
+                st = mailbox.get()
+                if st is _DISCONNECTED:
+                    raise ClientDisconnected()
+                if st.rid in done:
+                    continue
+                if st.finished:
+                    done.add(st.rid)
+                yield st
+        finally:
+            if watch is not None:
+                watch.stop()
+            for st in states:
+                if self.rid_to_state.pop(st.rid, None) is not None and st.rid not in done:
+                    self.abort_request(st.rid)
+
+    def _send(self, obj: Any) -> None:
+        try:
+            self.send_to_scheduler.send(obj)
+        except ConnectionError as e:
+            raise APIError(f"the scheduler is unreachable: {e}", 503, headers={"Retry-After": "1"}) from None
+
+    def _check_alive(self) -> None:
+        if self.failure:
+            raise APIError(self.failure, 503)
+
+    def embed_request(self, prompts: List[List[int]], model: Optional[str] = None) -> List[ReqState]:
+        self.check_ids(prompts, "input")
+        reqs = []
+        for ids in prompts:
+            if not ids:
+                raise bad("an input is empty", "input")
+            if len(ids) > self.context_length:
+                raise bad(f"an input has {len(ids)} tokens; the maximum is {self.context_length}", "input")
+            reqs.append(TokenizedEmbeddingReqInput(rid=uuid.uuid4().hex, input_ids=ids, model=model))
+        return [st for st in self._run(reqs, False, None)]
+
+    def abort_request(self, rid: str) -> None:
+        try:
+            self.send_to_scheduler.send(AbortReq(rid=rid))
+        except ConnectionError:
+            pass  # nothing left to abort in
+
+    def rpc(self, method: str, timeout: float = 5.0, **params: Any) -> Any:
+        self._check_alive()
+        rid = uuid.uuid4().hex
+        waiter: "queue.SimpleQueue[RpcOutput]" = queue.SimpleQueue()
+        self.rpc_waiters[rid] = waiter
+        try:
+            self._send(RpcReq(rid=rid, method=method, params=params))
+            try:
+                out = waiter.get(timeout=timeout)
+            except queue.Empty:
+                raise APIError(f"the scheduler did not answer {method!r} within {timeout:g} s", 503) from None
+        finally:
+            self.rpc_waiters.pop(rid, None)
+        if out.error:
+            raise APIError(out.error, 500)
+        return out.result
+
+    # -- results -------------------------------------------------------------------
+    def handle_loop(self) -> None:
+        while True:
+            for msg in self.recv_from_detokenizer.recv_all():
+                handler = self._dispatch.get(type(msg))
+                if handler is None:
+                    logger.error("unexpected message %s", type(msg).__name__)
+                    continue
+                try:
+                    handler(msg)
+                except Exception:  # one bad message must not stop every request
+                    logger.exception("failed to handle %s", type(msg).__name__)
+
+    def handle_batch_output(self, out: BatchStrOutput) -> None:
+        now = time.monotonic()
+        for i, rid in enumerate(out.rids):
+            st = self.rid_to_state.get(rid)
+            if st is None:
+                continue  # aborted or disconnected; its late pieces are dropped
+            delta = out.output_strs[i]
+            if delta:
+                st.text += delta
+            ids = out.output_ids[i]
+            if ids:
+                st.output_ids.extend(ids)
+                if st.first_token_at is None:
+                    st.first_token_at = now
+            st.completion_tokens = out.completion_tokens[i]
+            reason = out.finished_reasons[i]
+            if reason is not None:
+                st.finished_reason = reason
+                self.rid_to_state.pop(rid, None)
+                st.mailbox.put(st)
+            elif st.stream:
+                st.mailbox.put(st)
+
+    def handle_embedding_output(self, out: BatchEmbeddingOutput) -> None:
+        for i, rid in enumerate(out.rids):
+            st = self.rid_to_state.pop(rid, None)
+            if st is not None:
+                st.embedding = out.embeddings[i]
+                st.finished_reason = out.finished_reasons[i]
+                st.mailbox.put(st)
+
+    def handle_rpc_output(self, out: RpcOutput) -> None:
+        waiter = self.rpc_waiters.get(out.rid)
+        if waiter is not None:
+            waiter.put(out)
+
+    def fail_all(self, message: str) -> None:
+        """A core process died: every request in flight ends with a 503."""
+        self.failure = message
+        reason = {"type": "abort", "message": message, "status_code": 503}
+        for rid in list(self.rid_to_state):
+            st = self.rid_to_state.pop(rid, None)
+            if st is not None:
+                st.finished_reason = reason
+                st.mailbox.put(st)
+        for rid, waiter in list(self.rpc_waiters.items()):
+            waiter.put(RpcOutput(rid=rid, error=message))
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self.rid_to_state)
+
+
+class TokenizerWorker(TokenizerManager):
+    """A TokenizerManager in one of N worker processes (multi-worker mode)."""
+
+    def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes, worker_ipc_name: str):
+        self.tokenizer_ipc_name = worker_ipc_name
+        super().__init__(server_args, port_args, authkey)
+
+    @property
+    def result_ipc_name(self) -> str:
+        return self.tokenizer_ipc_name
+
+    def make_sender(self) -> Any:
+        return SenderWrapper(Sender(self.port_args.tokenizer_worker_ipc_name, self.authkey), self.tokenizer_ipc_name)
