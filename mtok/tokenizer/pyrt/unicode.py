@@ -216,6 +216,13 @@ def onig_word(outside_class: bool = False) -> CharSet:
 
 
 @functools.lru_cache(maxsize=None)
+def regex_word() -> CharSet:
+    """The Rust regex crate's \\w (Alphabetic, marks, Nd, Pc, Join_Control), which tokenizers
+    uses in its Whitespace pre-tokenizer and its added-token word-boundary checks."""
+    return categories("L", "M", "Nd", "Nl", "Pc") | _charset(_ALPHABETIC_SYMBOLS) | CharSet.of(0x200C, 0x200D)
+
+
+@functools.lru_cache(maxsize=None)
 def predicate_set(name: str) -> CharSet:
     """Code points for which ``str.<name>()`` holds (islower / isupper: Lowercase / Uppercase)."""
     test = getattr(str, name)
