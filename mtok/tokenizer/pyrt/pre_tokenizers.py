@@ -84,6 +84,8 @@ class ByteLevel(PreTokenizer):
         return cls(d.get("add_prefix_space", True), d.get("use_regex", True))
 
     def split(self, piece: str, first: bool) -> List[str]:
+        if not piece:  # tokenizers' prepend does nothing to an empty string
+            return []
         if self.add_prefix_space and not piece.startswith(" "):
             piece = " " + piece
         if self.regex is None:
@@ -192,6 +194,8 @@ class Metaspace(PreTokenizer):
         return cls(d.get("replacement", "\u2581"), metaspace_scheme(d), bool(d.get("split", True)))
 
     def split(self, piece: str, first: bool) -> List[str]:
+        if not piece:
+            return []
         rep = self.replacement
         piece = piece.replace(" ", rep)
         if not piece.startswith(rep) and (

@@ -1,0 +1,204 @@
+"""mtok's pure-Python runtime against ``tokenizers``: the same ids and the same text.
+
+Runs on every file in ``../shared/tokenizers`` (skipped when absent) and on
+tokenizers of every family trained here (tokenizer_families.py), over a corpus
+of many scripts, emoji, controls and whitespace runs with the added tokens
+embedded, and over random text and random ids (hypothesis).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from typing import Dict, List, Tuple
+
+import pytest
+
+tokenizers = pytest.importorskip("tokenizers")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import tokenizer_families as families  # noqa: E402
+from mtok.tokenizer import TokenizerError  # noqa: E402
+from mtok.tokenizer.pyrt import Tokenizer  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
+SHARED_FILES = sorted(f for f in os.listdir(SHARED) if f.endswith(".json")) if os.path.isdir(SHARED) else []
+CASES = [f"shared:{f}" for f in SHARED_FILES] + [f"family:{name}" for name in families.FAMILIES]
+
+_loaded: Dict[str, Tuple[object, Tokenizer]] = {}
+
+
+def load(case: str):
+    """(tokenizers.Tokenizer, pyrt.Tokenizer) for a case, loaded once per session."""
+    if case not in _loaded:
+        kind, name = case.split(":", 1)
+        if kind == "shared":
+            with open(os.path.join(SHARED, name), encoding="utf-8") as f:
+                text = f.read()
+        else:
+            text = families.trained(name)
+        _loaded[case] = (tokenizers.Tokenizer.from_str(text), Tokenizer.from_str(text))
+    return _loaded[case]
+
+
+def added_contents(ref) -> List[str]:
+    return [t.content for _, t in sorted(ref.get_added_tokens_decoder().items())]
+
+
+def assert_same_encoding(ref, mine, text: str) -> None:
+    for add in (True, False):
+        expected = ref.encode(text, add_special_tokens=add).ids
+        assert mine.encode(text, add_special_tokens=add) == expected, (text, add)
+
+
+def assert_same_decoding(ref, mine, ids: List[int]) -> None:
+    for skip in (True, False):
+        try:
+            expected = ref.decode(ids, skip_special_tokens=skip)
+        except BaseException:  # tokenizers raises, or panics (a BaseException): so must we, cleanly
+            with pytest.raises(TokenizerError):
+                mine.decode(ids, skip_special_tokens=skip)
+            continue
+        assert mine.decode(ids, skip_special_tokens=skip) == expected, (ids, skip)
+
+
+def test_shared_folder_present():
+    if not SHARED_FILES:
+        pytest.skip(f"no conformance files at {SHARED} (a fresh clone elsewhere lacks them)")
+    assert len(SHARED_FILES) >= 6
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_encode_corpus(case):
+    ref, mine = load(case)
+    for text in families.corpus_with_tokens(added_contents(ref)):
+        assert_same_encoding(ref, mine, text)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_decode_corpus(case):
+    ref, mine = load(case)
+    for text in families.corpus_with_tokens(added_contents(ref)):
+        assert_same_decoding(ref, mine, ref.encode(text).ids)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_decode_random_ids(case):
+    ref, mine = load(case)
+    rng = random.Random(case)
+    n = ref.get_vocab_size()
+    specials = sorted(ref.get_added_tokens_decoder())
+    for _ in range(300):
+        ids = [rng.randrange(n + 5) for _ in range(rng.randint(0, 24))]
+        if specials and rng.random() < 0.5:
+            ids.insert(rng.randint(0, len(ids)), rng.choice(specials))
+        assert_same_decoding(ref, mine, ids)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_vocabulary(case):
+    ref, mine = load(case)
+    assert mine.get_vocab_size() == ref.get_vocab_size()
+    assert mine.get_vocab_size(with_added_tokens=False) == ref.get_vocab_size(with_added_tokens=False)
+    expected = {i: (t.content, t.special, t.single_word, t.lstrip, t.rstrip, t.normalized)
+                for i, t in ref.get_added_tokens_decoder().items()}
+    got = {i: (t.content, t.special, t.single_word, t.lstrip, t.rstrip, t.normalized)
+           for i, t in mine.get_added_tokens_decoder().items()}
+    assert got == expected
+    rng = random.Random(0)
+    for i in rng.sample(range(ref.get_vocab_size() + 3), 200) + sorted(expected):
+        token = ref.id_to_token(i)
+        assert mine.id_to_token(i) == token
+        if token is not None:
+            assert mine.token_to_id(token) == ref.token_to_id(token)
+
+
+# Characters this Python's unicodedata knows (tokenizers may know more: a newer Unicode).
+_chars = st.characters(blacklist_categories=("Cs", "Cn"))
+_common = st.sampled_from(list(" \t\n\r\u3000\u00a0\u2028 'sdmlltvre.,!?-_0123456789aZ\u2581\u0120"))
+_chunks = st.one_of(
+    st.text(st.one_of(_chars, _common, _common), max_size=12),
+    st.sampled_from(["\r\n", "   ", "'s", "'LL", "\u2581\u2581", "e\u0301", "👨\u200d👩", "x²"]),
+)
+
+
+@pytest.mark.parametrize("case", CASES)
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_random_text(case, data):
+    ref, mine = load(case)
+    pieces = st.one_of(_chunks, st.sampled_from(added_contents(ref) or [""]))
+    text = "".join(data.draw(st.lists(pieces, max_size=8)))
+    assert_same_encoding(ref, mine, text)
+    assert_same_decoding(ref, mine, ref.encode(text).ids)
+
+
+# -- components one at a time -------------------------------------------------------
+
+PRE_TOKENIZERS = [
+    {"type": "Whitespace"},
+    {"type": "WhitespaceSplit"},
+    {"type": "BertPreTokenizer"},
+    {"type": "Digits", "individual_digits": False},
+    {"type": "CharDelimiterSplit", "delimiter": " "},
+    {"type": "FixedLength", "length": 3},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+    {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": True},
+    {"type": "Metaspace", "replacement": "_", "prepend_scheme": "first", "split": True},
+    {"type": "Sequence", "pretokenizers": [
+        {"type": "WhitespaceSplit"},
+        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}]},
+    {"type": "Sequence", "pretokenizers": [
+        {"type": "Punctuation", "behavior": "Isolated"}, {"type": "Digits", "individual_digits": True}]},
+] + [
+    {"type": "Punctuation", "behavior": b} for b in ("Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous")
+] + [
+    {"type": "Split", "pattern": pattern, "behavior": b, "invert": invert}
+    for pattern in ({"String": " "}, {"Regex": r"\s+|(?=[A-Z])"}, {"Regex": r"\p{N}{1,3}|[^\p{L}\p{N}\s]+"})
+    for b in ("Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous")
+    for invert in (False, True)
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("config", PRE_TOKENIZERS, ids=lambda c: json.dumps(c, ensure_ascii=True)[:90])
+def test_pre_tokenizer_variants(config):
+    text = families.wordlevel_with(json.dumps(config))
+    ref, mine = tokenizers.Tokenizer.from_str(text), Tokenizer.from_str(text)
+    for t in families.corpus_with_tokens(["[UNK]"]):
+        assert mine.encode(t) == ref.encode(t).ids, t
+        assert mine.pre_tokenizer.pre_tokenize(t) == [w for w, _ in ref.pre_tokenizer.pre_tokenize_str(t)], t
+
+
+DECODERS = [
+    {"type": "BPEDecoder", "suffix": "</w>"},
+    {"type": "BPEDecoder", "suffix": ""},
+    {"type": "CTC", "pad_token": "<unk>", "word_delimiter_token": "##", "cleanup": True},
+    {"type": "CTC", "pad_token": "a", "word_delimiter_token": "|", "cleanup": False},
+    {"type": "WordPiece", "prefix": "##", "cleanup": False},
+    {"type": "Fuse"},
+    {"type": "Strip", "content": "#", "start": 2, "stop": 1},
+    {"type": "Replace", "pattern": {"Regex": "</w>|#+"}, "content": "_"},
+    {"type": "Metaspace", "replacement": "#", "prepend_scheme": "always", "split": True},
+    {"type": "ByteFallback"},
+    {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+    {"type": "Sequence", "decoders": [{"type": "WordPiece", "prefix": "##", "cleanup": True},
+                                      {"type": "BPEDecoder", "suffix": "</w>"}, {"type": "Fuse"}]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("config", DECODERS, ids=lambda c: c["type"])
+def test_decoder_variants(config):
+    base = json.loads(families.bpe_with_affixes())
+    base["decoder"] = config
+    text = json.dumps(base)
+    ref, mine = tokenizers.Tokenizer.from_str(text), Tokenizer.from_str(text)
+    for t in families.SCRIPTS:
+        assert_same_encoding(ref, mine, t)
+        assert_same_decoding(ref, mine, ref.encode(t).ids)
+    rng = random.Random(1)
+    for _ in range(200):
+        assert_same_decoding(ref, mine, [rng.randrange(ref.get_vocab_size()) for _ in range(rng.randint(0, 10))])
