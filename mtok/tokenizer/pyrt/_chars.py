@@ -60,7 +60,7 @@ PUNCTUATION = (
 @functools.lru_cache(maxsize=None)
 def charset(name: str) -> "U.CharSet":
     """``whitespace``, ``punctuation``, ``numeric`` (Rust ``char::is_numeric``) or
-    ``word`` (regex-crate ``\\w``: Oniguruma's Word plus the two joiners)."""
+    ``word`` (regex-crate ``\\w``)."""
     if name == "whitespace":
         return U.white_space()
     if name == "punctuation":
@@ -68,7 +68,7 @@ def charset(name: str) -> "U.CharSet":
     if name == "numeric":
         return U.categories("N")
     if name == "word":
-        return U.onig_word() | U.CharSet.of(0x200C, 0x200D)
+        return U.regex_word()
     raise KeyError(name)
 
 
