@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m mtok.bench <command> [options]`` (see ``__main__``)."""

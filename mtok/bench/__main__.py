@@ -1,0 +1,29 @@
+"""``python -m mtok.bench <command> [args...]``: run one of mtok's benchmarks.
+
+Each command is a module with a ``main(argv) -> int``; adding one is one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import List, Optional
+
+COMMANDS = {
+    "tokenizer": ("mtok.bench.tokenizer", "tokenizer encode/decode throughput and load time"),
+}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: python -m mtok.bench <command> [args...]\n\ncommands:")
+        for name, (_, summary) in COMMANDS.items():
+            print(f"  {name:<12} {summary}")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    return module.main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
