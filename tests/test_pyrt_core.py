@@ -314,3 +314,8 @@ def test_template_processing_and_truncation():
     config["padding"] = {"strategy": {"Fixed": 5}, "direction": "Right", "pad_to_multiple_of": None,
                          "pad_id": 7, "pad_type_id": 0, "pad_token": "x"}
     assert Tokenizer(config).encode("") == [0, 7, 7, 7, 7]
+
+
+def test_lone_surrogates_refused(default):
+    with pytest.raises(TokenizerError):
+        default.encode("a\ud800b")

@@ -156,6 +156,10 @@ class Tokenizer:
         return self.padding.apply(batch) if self.padding is not None else batch
 
     def _encode_text(self, text: str) -> List[int]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # lone surrogates: tokenizers refuses them too
+            raise TokenizerError(f"text is not valid Unicode: {e}") from None
         ids: List[int] = []
         cache = self._cache
         split = self._split
