@@ -22,11 +22,14 @@ MAX_EMPTY_WINDOW = 32
 class DecodeState:
     """One request's decoding progress."""
 
-    __slots__ = ("ids", "text", "surr", "read", "skip_special_tokens", "spaces_between_special_tokens")
+    __slots__ = ("ids", "text", "pending", "surr", "read", "skip_special_tokens", "spaces_between_special_tokens")
 
     def __init__(self, skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True):
         self.ids: List[int] = []
         self.text = ""  # committed text
+        # Decoded but held back (it ends in a split character); the part before
+        # the trailing U+FFFD run cannot change, so stop strings may match in it.
+        self.pending = ""
         self.surr = 0  # start of the decode window
         self.read = 0  # ids before this are committed
         self.skip_special_tokens = skip_special_tokens
@@ -62,8 +65,11 @@ class IncrementalDecoder:
                     not new and len(st.ids) - st.surr > MAX_EMPTY_WINDOW
                 ):
                     st.text += new
+                    st.pending = ""
                     st.surr, st.read = st.read, len(st.ids)
                     out[i] = new
+                else:
+                    st.pending = new.rstrip(REPLACEMENT)
         return out
 
 

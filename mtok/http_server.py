@@ -393,6 +393,8 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
         """http.server's own errors (bad request line, header flood, ...) as JSON."""
         self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # the request line was unreadable; answer with a status line
+            self.request_version = "HTTP/1.0"
         body = APIError(message or self.responses.get(code, ("error",))[0], code).body()
         try:
             self.send_json(body, code)

@@ -166,6 +166,10 @@ class Receiver:
     def close(self) -> None:
         self._closed = True
         try:
+            os.write(self._wake_w, b"\0")  # wake a reader blocked in recv_bytes_all
+        except OSError:
+            pass
+        try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass

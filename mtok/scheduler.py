@@ -229,7 +229,7 @@ class Scheduler:
             final = [r.finished_reason is not None for r in with_stops]
             self.decoder.step([r.decode for r in with_stops], final)
             for req in with_stops:
-                text = req.decode.text
+                text = req.decode.text + req.decode.pending
                 start, req.checked = req.checked, len(text)
                 if len(req.output_ids) < req.sampling_params.min_new_tokens:
                     continue

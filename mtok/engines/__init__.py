@@ -15,6 +15,9 @@ tokens generated so far) and ``sampling_params`` (:class:`mtok.io_struct.Samplin
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence
 
@@ -51,13 +54,27 @@ BUILTIN = {
 }
 
 
+def _import(module: str) -> Any:
+    if not module.endswith(".py"):
+        return importlib.import_module(module)
+    name = "mtok_user_engine_" + os.path.splitext(os.path.basename(module))[0]
+    spec = importlib.util.spec_from_file_location(name, module)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {module!r}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def load_engine(spec: str, ctx: EngineContext) -> Engine:
-    """``echo`` or ``package.module:attr``, where attr is an Engine class or factory."""
+    """``echo``, ``package.module:attr`` or ``path/to/file.py:attr``, where attr is
+    an Engine class or a factory taking an EngineContext."""
     target = BUILTIN.get(spec, spec)
-    module_name, sep, attr = target.partition(":")
+    module_name, sep, attr = target.rpartition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"--engine must be 'echo' or 'module:attr', not {spec!r}")
-    obj: Any = importlib.import_module(module_name)
+        raise ValueError(f"--engine must be 'echo', 'module:attr' or 'file.py:attr', not {spec!r}")
+    obj: Any = _import(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
     engine = obj(ctx)
