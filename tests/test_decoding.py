@@ -1,0 +1,143 @@
+"""Incremental detokenization: the streamed deltas add up to the one-shot decode.
+
+Property-based, over random token sequences and real tokenizers, through the
+real DetokenizerManager and the scheduler's stop-string check.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from functools import lru_cache
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import SHARED_TOKENIZERS
+from mtok.args import PortArgs, ServerArgs
+from mtok.decoding import find_stop, stop_holdback
+from mtok.detokenizer import DetokenizerManager
+from mtok.io_struct import BatchTokenIDOutput, SamplingParams, TokenizedGenerateReqInput
+from mtok.scheduler import Req, Scheduler
+from prompts import prompts
+
+TOKENIZERS = ["built-in"] + [
+    f for f in ("gpt2.json", "roberta-base.json", "mistral-7b-v0.1.json", "bert-base-uncased.json",
+                "t5-small.json", "dolma2-cl100k.json")
+    if os.path.isfile(os.path.join(SHARED_TOKENIZERS, f))
+]
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_DIR = tempfile.mkdtemp(prefix="mtok-decoding-test-")
+
+
+def path_of(name):
+    return None if name == "built-in" else os.path.join(SHARED_TOKENIZERS, name)
+
+
+@lru_cache(maxsize=None)
+def detokenizer(name):
+    args = ServerArgs(tokenizer_path=path_of(name))
+    return DetokenizerManager(args, PortArgs.in_dir(tempfile.mkdtemp(dir=_DIR)), b"key")
+
+
+@lru_cache(maxsize=None)
+def scheduler(name):
+    args = ServerArgs(tokenizer_path=path_of(name))
+    return Scheduler(args, PortArgs.in_dir(tempfile.mkdtemp(dir=_DIR)), b"key")
+
+
+def stream(detok, ids, chunks, skip=True, stop=None, stop_offset=None, reason=None):
+    """Feed ``ids`` to the detokenizer in steps of the given sizes; return the deltas."""
+    rid, pos, deltas = uuid.uuid4().hex, 0, []
+    sizes = list(chunks) or [len(ids)]
+    while pos < len(ids) or not deltas:
+        size = sizes[len(deltas) % len(sizes)] or 1
+        new = ids[pos:pos + size]
+        pos += len(new)
+        final = pos >= len(ids)
+        out = detok.handle_batch_token_id_out(BatchTokenIDOutput(
+            rids=[rid], finished_reasons=[(reason or {"type": "length"}) if final else None], decode_ids=[new],
+            prompt_tokens=[1], completion_tokens=[pos], skip_special_tokens=[skip],
+            spaces_between_special_tokens=[True], no_stop_trim=[False], stop=[stop],
+            stop_str_offsets=[stop_offset if final else None]))
+        deltas.append(out.output_strs[0])
+    assert rid not in detok.states, "finished requests must not keep decode state"
+    return deltas
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_random_ids_stream_to_the_one_shot_decode(name):
+    detok = detokenizer(name)
+    tok = detok.tokenizer
+
+    @SETTINGS
+    @given(ids=st.lists(st.integers(0, tok.vocab_size - 1), min_size=1, max_size=40),
+           chunks=st.lists(st.integers(1, 4), max_size=5), skip=st.booleans())
+    def check(ids, chunks, skip):
+        deltas = stream(detok, ids, chunks, skip)
+        assert "".join(deltas) == tok.decode(ids, skip_special_tokens=skip)
+
+    check()
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_natural_text_never_streams_a_broken_character(name):
+    detok = detokenizer(name)
+    tok = detok.tokenizer
+    for text in prompts(60):
+        ids = tok.encode(text, add_special_tokens=False)
+        if not ids:
+            continue
+        deltas = stream(detok, ids, [1])
+        full = tok.decode(ids)
+        assert "".join(deltas) == full
+        if "\ufffd" not in full:
+            assert not any("\ufffd" in d for d in deltas), (text, deltas)
+
+
+@pytest.mark.parametrize("name", TOKENIZERS[:3])
+def test_stop_strings_end_generation_at_the_first_match(name):
+    sched = scheduler(name)
+    detok = detokenizer(name)
+    tok = sched.tokenizer
+
+    @SETTINGS
+    @given(text=st.sampled_from(prompts(80)), data=st.data())
+    def check(text, data):
+        ids = tok.encode(text, add_special_tokens=False)
+        full = tok.decode(ids)
+        if len(full) < 2 or not ids:
+            return
+        a = data.draw(st.integers(0, len(full) - 1))
+        b = data.draw(st.integers(a + 1, min(len(full), a + 6)))
+        stop = full[a:b]
+        req = Req(TokenizedGenerateReqInput(rid="r", input_ids=ids, sampling_params=SamplingParams(
+            max_new_tokens=len(ids), stop=[stop], ignore_eos=True)))
+        steps = 0
+        while req.finished_reason is None:
+            req.output_ids.append(ids[len(req.output_ids)])
+            sched.check_finished([req])
+            steps += 1
+        emitted = req.output_ids
+        deltas = stream(detok, emitted, [1], stop=[stop], stop_offset=req.stop_offset, reason=req.finished_reason)
+        text_out = "".join(deltas)
+        if req.finished_reason["type"] == "stop":
+            assert req.finished_reason["matched"] == stop
+            assert text_out == full[:full.find(stop)]
+            # no engine step after the one that completed the stop string
+            assert stop not in tok.decode(emitted[:-1])
+        else:
+            assert stop not in full[:len(text_out)] or full.find(stop) + len(stop) > len(tok.decode(emitted))
+
+    check()
+
+
+def test_holdback_and_find_stop():
+    assert stop_holdback("hello wor", ["world"]) == 3
+    assert stop_holdback("hello", ["xyz"]) == 0
+    assert stop_holdback("abab", ["abc", "b"]) == 2
+    assert find_stop("one two three", ["three", "two"], 0) == (4, "two")
+    assert find_stop("one two three", ["two"], 8) is None
+    assert find_stop("one two three", ["three"], 9) == (8, "three")
