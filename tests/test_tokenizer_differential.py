@@ -202,3 +202,47 @@ def test_decoder_variants(config):
     rng = random.Random(1)
     for _ in range(200):
         assert_same_decoding(ref, mine, [rng.randrange(ref.get_vocab_size()) for _ in range(rng.randint(0, 10))])
+
+
+TRUNCATIONS = [
+    None,
+    {"max_length": 5, "stride": 0, "strategy": "LongestFirst", "direction": "Right"},
+    {"max_length": 6, "stride": 2, "strategy": "OnlyFirst", "direction": "Left"},
+    {"max_length": 3, "stride": 1, "strategy": "LongestFirst", "direction": "Right"},  # stride too big once 2 are added
+    {"max_length": 1, "stride": 0, "strategy": "LongestFirst", "direction": "Right"},  # below the 2 added: no-op
+    {"max_length": 0, "stride": 0, "strategy": "LongestFirst", "direction": "Right"},
+    {"max_length": 4, "stride": 0, "strategy": "OnlySecond", "direction": "Right"},
+]
+PADDINGS = [
+    None,
+    {"strategy": "BatchLongest", "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0, "pad_type_id": 0,
+     "pad_token": "<s>"},
+    {"strategy": {"Fixed": 12}, "direction": "Left", "pad_to_multiple_of": 5, "pad_id": 1, "pad_type_id": 0,
+     "pad_token": "</s>"},
+]
+
+
+@pytest.mark.parametrize("truncation", TRUNCATIONS)
+@pytest.mark.parametrize("padding", PADDINGS)
+def test_truncation_and_padding(truncation, padding):
+    config = json.loads(families.trained("bytelevel_bpe"))
+    config["truncation"], config["padding"] = truncation, padding
+    text = json.dumps(config)
+    ref, mine = tokenizers.Tokenizer.from_str(text), Tokenizer.from_str(text)
+    texts = ["Hello world, this is a longer sentence.", "short", "", "a b c d e f g h i j k"]
+    for add in (True, False):
+        for t in texts:
+            try:
+                expected = ref.encode(t, add_special_tokens=add).ids
+            except BaseException:
+                with pytest.raises(TokenizerError):
+                    mine.encode(t, add_special_tokens=add)
+                continue
+            assert mine.encode(t, add_special_tokens=add) == expected
+        try:
+            expected_batch = [e.ids for e in ref.encode_batch(texts, add_special_tokens=add)]
+        except BaseException:
+            with pytest.raises(TokenizerError):
+                mine.encode_batch(texts, add_special_tokens=add)
+            continue
+        assert mine.encode_batch(texts, add_special_tokens=add) == expected_batch

@@ -188,9 +188,8 @@ class Tokenizer:
             added = processor.added_tokens(False) if processor is not None else 0
             limit = self.truncation.max_length
             if add_special_tokens and added:
-                limit -= added
-                if limit < 0:
-                    raise TokenizerError("truncation max_length is smaller than the special tokens added")
+                # tokenizers subtracts in unsigned arithmetic: below zero wraps, truncating nothing.
+                limit = limit - added if limit >= added else len(ids)
             ids = self.truncation.apply(ids, limit)
         if processor is None:
             return ids
