@@ -8,6 +8,7 @@ pipeline caches whole words; this module only runs on cache misses.
 from __future__ import annotations
 
 import heapq
+import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import TokenizerError
@@ -17,6 +18,9 @@ _MASK = (1 << _SHIFT) - 1
 _NONE = 1 << 62  # "no merge": ranks are below 2**30, so this packs above any real one
 # Words with more symbols than this merge with a heap instead of rescans.
 _LINEAR_LIMIT = 256
+# Long words of SentencePiece-style files are merged in pieces, cached here.
+_CHUNK_MIN = 32
+_CHUNK_CACHE = 1 << 16
 BYTE_TOKENS = tuple(f"<0x{b:02X}>" for b in range(256))
 
 
@@ -43,6 +47,8 @@ class BPE:
         self.byte_fallback = byte_fallback
         self.ignore_merges = ignore_merges
         self._merges = self._build_merges(merges)
+        self._chunker = self._find_chunker()
+        self._chunks: Dict[str, List[int]] = {}
 
     def _build_merges(self, merges: Sequence[Tuple[str, str]]) -> Dict[int, int]:
         vocab = self.vocab
@@ -59,6 +65,22 @@ class BPE:
             # A repeated pair keeps its last rank, as the Rust HashMap does.
             table[(a_id << _SHIFT) | b_id] = (rank << _SHIFT) | new_id
         return table
+
+    def _find_chunker(self) -> Optional["re.Pattern[str]"]:
+        """Where a long word can be cut without changing its tokens, if anywhere.
+
+        Files without a pre-tokenizer (SentencePiece style) hand the model whole
+        texts.  When no token has a ``▁`` right after another character, no merge
+        can join across the start of a ``▁`` run, so the text can be merged (and
+        cached) in pieces that start there.
+        """
+        mark = "\u2581"
+        if self.prefix or self.suffix or mark not in self.vocab:
+            return None
+        inner = re.compile(f"[^{mark}]{mark}")
+        if any(inner.search(t) for t in self.vocab):
+            return None
+        return re.compile(f"{mark}*[^{mark}]+|{mark}+")
 
     @classmethod
     def from_json(cls, d: dict) -> "BPE":
@@ -87,7 +109,20 @@ class BPE:
             whole = self.vocab.get(word)
             if whole is not None:
                 return [whole]
-        return self._merge(self._symbols(word))
+        if self._chunker is None or len(word) < _CHUNK_MIN:
+            return self._merge(self._symbols(word))
+        ids: List[int] = []
+        cache = self._chunks
+        for chunk in self._chunker.findall(word):
+            hit = cache.get(chunk)
+            if hit is None:
+                hit = self._merge(self._symbols(chunk))
+                if len(chunk) < 256:
+                    if len(cache) >= _CHUNK_CACHE:
+                        cache.clear()
+                    cache[chunk] = hit
+            ids += hit
+        return ids
 
     def token_to_id(self, token: str) -> Optional[int]:
         return self.vocab.get(token)
