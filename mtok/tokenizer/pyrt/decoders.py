@@ -11,6 +11,7 @@ import re
 from typing import Dict, List, Optional
 
 from .. import TokenizerError
+from ._dispatch import build
 from .pre_tokenizers import CHAR_TO_BYTE, metaspace_scheme
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2}|\+[0-9A-Fa-f])>\Z")
@@ -258,13 +259,4 @@ DECODERS = {
 
 
 def decoder_from_json(d: Optional[dict]) -> Optional[Decoder]:
-    if d is None:
-        return None
-    kind = d.get("type")
-    cls = DECODERS.get(kind)  # type: ignore[arg-type]
-    if cls is None:
-        raise TokenizerError(f"unsupported decoder type {kind!r}")
-    try:
-        return cls.from_json(d)
-    except (KeyError, TypeError, ValueError) as e:
-        raise TokenizerError(f"decoder {kind}: invalid field {e}") from e
+    return build(DECODERS, d, "decoder")

@@ -16,6 +16,7 @@ import re
 from typing import Callable, Dict, List, Optional
 
 from .. import TokenizerError
+from ._dispatch import build
 from . import _split
 from ._chars import compiled
 from .onig import compile_onig
@@ -306,13 +307,4 @@ PRE_TOKENIZERS = {
 
 
 def pre_tokenizer_from_json(d: Optional[dict]) -> Optional[PreTokenizer]:
-    if d is None:
-        return None
-    kind = d.get("type")
-    cls = PRE_TOKENIZERS.get(kind)  # type: ignore[arg-type]
-    if cls is None:
-        raise TokenizerError(f"unsupported pre_tokenizer type {kind!r}")
-    try:
-        return cls.from_json(d)
-    except (KeyError, TypeError, ValueError) as e:
-        raise TokenizerError(f"pre_tokenizer {kind}: invalid field {e}") from e
+    return build(PRE_TOKENIZERS, d, "pre_tokenizer")

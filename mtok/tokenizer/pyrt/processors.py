@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from .. import TokenizerError
+from ._dispatch import build
 
 Encodings = List[List[int]]
 
@@ -147,13 +148,4 @@ PROCESSORS = {
 
 
 def processor_from_json(d: Optional[dict]) -> Optional[PostProcessor]:
-    if d is None:
-        return None
-    kind = d.get("type")
-    cls = PROCESSORS.get(kind)  # type: ignore[arg-type]
-    if cls is None:
-        raise TokenizerError(f"unsupported post_processor type {kind!r}")
-    try:
-        return cls.from_json(d)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise TokenizerError(f"post_processor {kind}: invalid field {e}") from e
+    return build(PROCESSORS, d, "post_processor")
