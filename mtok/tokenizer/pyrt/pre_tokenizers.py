@@ -16,9 +16,9 @@ import re
 from typing import Callable, Dict, List, Optional
 
 from .. import TokenizerError
-from ._dispatch import build
 from . import _split
 from ._chars import compiled
+from ._dispatch import build
 from .onig import compile_onig
 
 # The GPT-2 split; every character falls in one of its branches, so its
@@ -39,10 +39,8 @@ def _bytes_to_unicode() -> Dict[int, str]:
     return table
 
 
-BYTE_TO_CHAR = _bytes_to_unicode()
+BYTE_TO_CHAR = _bytes_to_unicode()  # also a str.translate table for a latin-1 view of bytes
 CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
-# str.translate table taking a latin-1 view of UTF-8 bytes to the byte-level alphabet.
-_LATIN1_TO_BYTELEVEL = {b: c for b, c in BYTE_TO_CHAR.items()}
 
 
 def _matches(regex: "re.Pattern[str]", text: str) -> List[str]:
@@ -52,7 +50,7 @@ def _matches(regex: "re.Pattern[str]", text: str) -> List[str]:
 
 
 def bytelevel_transform(word: str) -> str:
-    return word.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_BYTELEVEL)
+    return word.encode("utf-8").decode("latin-1").translate(BYTE_TO_CHAR)
 
 
 class PreTokenizer:
