@@ -351,7 +351,7 @@ def test_hypothesis_strings():
     pytest.importorskip("tokenizers")
     hypothesis = pytest.importorskip("hypothesis")
 
-    @hypothesis.settings(max_examples=300, deadline=None, derandomize=True)
+    @hypothesis.settings(max_examples=int(os.environ.get("PYRT_EXAMPLES", 300)), deadline=None, derandomize=True)
     @hypothesis.given(text=_hypothesis_text(), index=hypothesis.strategies.integers(0, len(PATTERNS) - 1))
     def run(text, index):
         _check(PATTERNS[index], [text])
