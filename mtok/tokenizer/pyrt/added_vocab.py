@@ -110,13 +110,24 @@ class AddedVocabulary:
         return self._decode_form.get(i, tok.content)
 
     # -- extraction ----------------------------------------------------------------
-    def segments(self, text: str, normalize: Optional[Callable[[str], str]]) -> List[Segment]:
-        """Cut ``text`` into added tokens and normalized text (tokenizers' ``extract_and_normalize``)."""
+    def segments(
+        self,
+        text: str,
+        normalize: Optional[Callable[[str], str]],
+        keeps_start: Optional[Callable[[str], bool]] = None,
+    ) -> List[Segment]:
+        """Cut ``text`` into added tokens and normalized text (tokenizers' ``extract_and_normalize``).
+
+        ``keeps_start(piece)`` tells whether normalizing keeps the piece's first
+        character; when it does not, no part of the piece starts the input any more.
+        """
         out: List[Segment] = []
         for piece, tok_id, first in self._cut(text, self._raw, True):
             if tok_id is not None:
                 out.append((piece, tok_id, first))
                 continue
+            if first and keeps_start is not None:
+                first = keeps_start(piece)
             if normalize is not None:
                 piece = normalize(piece)
             out.extend(self._cut(piece, self._normed, first))

@@ -61,6 +61,8 @@ class PreTokenizer:
     covers = True
     # True when ``split`` returns the piece unchanged.
     passthrough = False
+    # True when ``split`` looks at ``first``.
+    needs_first = False
 
     def split(self, piece: str, first: bool) -> List[str]:
         raise NotImplementedError
@@ -184,6 +186,7 @@ class Metaspace(PreTokenizer):
             raise TokenizerError(f"Metaspace: unknown prepend_scheme {prepend_scheme!r}")
         self.replacement = replacement
         self.prepend_scheme = prepend_scheme
+        self.needs_first = prepend_scheme == "first"
         self.do_split = split
         r = re.escape(replacement)
         self.regex = re.compile(f"{r}[^{r}]*|[^{r}]+")  # MergedWithNext on the replacement
@@ -259,6 +262,7 @@ class Sequence(PreTokenizer):
         self.steps = steps
         self.transform = steps[-1].transform if steps else None
         self.covers = all(s.covers for s in steps)
+        self.needs_first = any(s.needs_first for s in steps)
         # A last step that never cuts (ByteLevel without its regex) only contributes its
         # transform, which the pipeline applies lazily.
         self._cutters = steps[:-1] if steps and steps[-1].passthrough else steps

@@ -128,6 +128,10 @@ class Tokenizer:
         tokens = [AddedToken.from_json(t) for t in config.get("added_tokens") or ()]
         self.added = AddedVocabulary(tokens, self.model, normalize)
         self._normalize = normalize
+        # Only Metaspace's prepend_scheme "first" asks whether a word starts the input.
+        self._keeps_start = None
+        if self.pre_tokenizer is not None and self.pre_tokenizer.needs_first and self.normalizer is not None:
+            self._keeps_start = getattr(self.normalizer, "keeps_start", None)
         self._split = self.pre_tokenizer.split if self.pre_tokenizer is not None else None
         self._transform = self.pre_tokenizer.transform if self.pre_tokenizer is not None else None
         self._cache: Dict[str, List[int]] = {}
@@ -163,7 +167,7 @@ class Tokenizer:
         ids: List[int] = []
         cache = self._cache
         split = self._split
-        for piece, tok_id, first in self.added.segments(text, self._normalize):
+        for piece, tok_id, first in self.added.segments(text, self._normalize, self._keeps_start):
             if tok_id is not None:
                 ids.append(tok_id)
                 continue
