@@ -11,6 +11,8 @@ tokenizers = pytest.importorskip("tokenizers")
 
 from mtok.tokenizer.pyrt._chars import WHITE_SPACE, charset  # noqa: E402
 
+pytestmark = pytest.mark.fast
+
 # Characters this Python's unicodedata knows; tokenizers' Rust tables may be newer.
 KNOWN = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) not in ("Cn", "Cs")]
 

@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+from prompts import prompts
 
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR, TokenizerError, load_tokenizer
 from mtok.tokenizer.pyrt import Tokenizer
@@ -20,6 +21,7 @@ from mtok.tokenizer.pyrt.decoders import decoder_from_json
 from mtok.tokenizer.pyrt.pre_tokenizers import pre_tokenizer_from_json
 
 DEFAULT_JSON = os.path.join(DEFAULT_TOKENIZER_DIR, "tokenizer.json")
+pytestmark = pytest.mark.fast
 
 GOLDEN = [
     ("Hello, world!", [5823, 12, 3791, 1580, 1]),
@@ -63,6 +65,12 @@ def test_default_round_trips_prompts(default, text):
     ids = default.encode(text)
     assert default.decode(ids) == text
     assert default.decode(ids, skip_special_tokens=False) == text
+
+
+def test_default_round_trips_the_test_prompts(default):
+    """The echo engine returns the prompt: the default tokenizer must give it back exactly."""
+    for text in prompts():
+        assert default.decode(default.encode(text)) == text
 
 
 def test_default_eos_and_special_skipping(default):
