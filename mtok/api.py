@@ -171,7 +171,8 @@ class Api(OpenAIRoutes):
         args = dict(vars(self.args))
         args["api_key"] = "***" if args.get("api_key") else None
         workers = [
-            {"pid": s.pid, "state": s.state.name.lower(), "served": s.served, "heartbeat_age": round(s.heartbeat_age, 3)}
+            {"pid": s.pid, "state": s.state.name.lower(), "served": s.served,
+             "heartbeat_age": round(s.heartbeat_age, 3), "ipc_name": s.name or None}
             for s in self.board.worker_slots()
         ]
         try:

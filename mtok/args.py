@@ -95,7 +95,8 @@ class ServerArgs:
         a("--http-timeout", type=float, default=d.http_timeout,
           help="seconds a client may take to send a request (default: %(default)s)")
         a("--listen-mode", choices=("auto", "reuseport", "shared"), default=d.listen_mode,
-          help="how workers share the port: SO_REUSEPORT or one inherited socket (default: %(default)s)")
+          help="how workers share the port: one inherited socket ('shared', what auto picks) or "
+               "one SO_REUSEPORT socket each (default: %(default)s)")
         a("--log-level", default=d.log_level, help="debug, info, warning, error (default: %(default)s)")
 
     @classmethod

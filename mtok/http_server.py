@@ -198,6 +198,7 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.watcher = DisconnectWatcher()
         self.deadlines = ReadDeadlines(timeout)
         self.tick: Optional[Callable[[], None]] = None
+        self.draining = False  # set on graceful stop: new requests are turned away
         self.in_flight = 0  # requests being handled (idle keep-alive connections don't count)
         self.served = 0
         self._count_lock = threading.Lock()
@@ -256,6 +257,9 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         if "://" in path:
             path = urlsplit(path).path
         try:
+            if self.server.draining:
+                self.close_connection = True
+                raise APIError("the server is shutting down", 503, headers={"Retry-After": "1"})
             methods = self.server.routes.get(path)
             if methods is None:
                 raise APIError(f"no route for {path!r}", 404)

@@ -147,15 +147,22 @@ class Arbiter:
         self.sock_dir = tempfile.mkdtemp(prefix=f"mtok-{self.pid}-")  # mode 0700
         os.chmod(self.sock_dir, 0o700)
         n = args.tokenizer_worker_num
-        mode = args.listen_mode
-        if mode == "auto":
-            mode = "reuseport" if reuseport_available() else "shared"
-        self.shared_sock = n == 1 or mode == "shared"
+        # One listening socket shared by every worker is the default: when a
+        # worker dies its SO_REUSEPORT socket would take the connections still
+        # queued on it down with it, while a shared one loses none; and an idle
+        # worker is the first to accept, which balances load by itself.
+        self.shared_sock = n == 1 or args.listen_mode != "reuseport"
+        if not self.shared_sock and not reuseport_available():
+            raise BootError("--listen-mode reuseport: this platform has no SO_REUSEPORT")
         try:
             self.listen_sock = make_listen_socket(args.host, args.port, reuseport=not self.shared_sock,
                                                   listen=self.shared_sock)
         except OSError as e:
             raise BootError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
+        if self.shared_sock and n > 1:
+            # Every worker wakes for each connection and one wins the accept; the
+            # others must get EAGAIN rather than block in accept().
+            self.listen_sock.setblocking(False)
         args.port = self.listen_sock.getsockname()[1]
         port_args = PortArgs.in_dir(self.sock_dir)
         self.port_args = port_args
@@ -226,7 +233,7 @@ class Arbiter:
         proc = self.ctx.Process(target=run_tokenizer_worker_process, args=args, name="mtok-worker", daemon=True)
         proc.start()
         ready_w.close()
-        self.board.claim(slot, proc.pid)
+        self.board.claim(slot, proc.pid, name)
         return Child("worker", slot, proc, ready_r, name)
 
     def _wait_for_boot(self, children: List[Child]) -> None:

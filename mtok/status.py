@@ -19,7 +19,7 @@ from typing import List, Optional
 from .args import SHM_PREFIX, attach_shm, create_shm
 
 _HEADER = struct.Struct("<4sHHBxxxIQ")  # magic, version, nslots, state, restarts, started_ns
-_SLOT = struct.Struct("<IBxxxQQ")  # pid, state, heartbeat_ns, served
+_SLOT = struct.Struct("<IBxxxQQ128s")  # pid, state, heartbeat_ns, served, IPC name
 HEADER_SIZE = 64
 SLOT_SIZE = 4096  # room after the fixed fields for per-process counters (metrics)
 SLOT_EXTRA = SLOT_SIZE - _SLOT.size
@@ -53,6 +53,7 @@ class SlotInfo:
     state: SlotState
     heartbeat_age: float
     served: int
+    name: str
 
 
 def status_shm_name(pid: Optional[int] = None) -> str:
@@ -117,11 +118,11 @@ class StatusBoard:
             raise IndexError(index)
         return HEADER_SIZE + index * SLOT_SIZE
 
-    def claim(self, index: int, pid: int, state: SlotState = SlotState.BOOTING) -> None:
+    def claim(self, index: int, pid: int, name: str = "", state: SlotState = SlotState.BOOTING) -> None:
         """Give a slot to a new process; its counters start from zero."""
         off = self._offset(index)
         self.buf[off : off + SLOT_SIZE] = bytes(SLOT_SIZE)
-        _SLOT.pack_into(self.buf, off, pid, state, time.monotonic_ns(), 0)
+        _SLOT.pack_into(self.buf, off, pid, state, time.monotonic_ns(), 0, name.encode()[:128])
 
     def set_state(self, index: int, state: SlotState) -> None:
         struct.pack_into("<B", self.buf, self._offset(index) + 4, state)
@@ -138,8 +139,9 @@ class StatusBoard:
         return self.buf[off : off + SLOT_EXTRA]
 
     def slot(self, index: int) -> SlotInfo:
-        pid, state, hb, served = _SLOT.unpack_from(self.buf, self._offset(index))
-        return SlotInfo(index, pid, SlotState(state), (time.monotonic_ns() - hb) / 1e9, served)
+        pid, state, hb, served, name = _SLOT.unpack_from(self.buf, self._offset(index))
+        age = (time.monotonic_ns() - hb) / 1e9
+        return SlotInfo(index, pid, SlotState(state), age, served, name.rstrip(b"\0").decode())
 
     def worker_slots(self) -> List[SlotInfo]:
         return [self.slot(i) for i in range(FIRST_WORKER_SLOT, self.nslots)]

@@ -47,6 +47,7 @@ class HttpFrontend:
         self._thread.start()
 
     def stop_accepting(self) -> None:
+        self.httpd.draining = True
         if self._thread is not None:
             self.httpd.shutdown()
         try:
