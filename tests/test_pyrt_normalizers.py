@@ -10,7 +10,7 @@ import pytest
 
 from mtok.tokenizer import TokenizerError
 from mtok.tokenizer.pyrt import crate_tables
-from mtok.tokenizer.pyrt.normalizers import NORMALIZERS, lowercase, normalizer_from_json
+from mtok.tokenizer.pyrt.normalizers import NORMALIZERS, aligned_prefix, lowercase, normalizer_from_json
 from mtok.tokenizer.pyrt.precompiled import CharsMap, Precompiled
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -233,5 +233,73 @@ def test_hypothesis_strings():
     def run(text, index):
         ours, theirs = pairs[index]
         assert ours.normalize(text) == theirs.normalize_str(text)
+
+    run()
+
+
+# -- alignment of the start (Metaspace prepend_scheme="first" depends on it) ------------
+
+def _hf_aligned_prefix(d, text):
+    """Leading characters of the normalized text whose original offset is 0, per tokenizers."""
+    tokenizers = pytest.importorskip("tokenizers")
+    out = _hf(d).normalize_str(text)
+    if not out:
+        return 0
+    model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+             "vocab": {c: i for i, c in enumerate(sorted(set(out)))}, "merges": []}
+    doc = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": d,
+           "pre_tokenizer": None, "post_processor": None, "decoder": None, "model": model}
+    offsets = tokenizers.Tokenizer.from_str(json.dumps(doc)).encode(text).offsets
+    count = 0
+    while count < len(offsets) and offsets[count][0] == 0:
+        count += 1
+    return count
+
+
+ALIGN_CORPUS = CORPUS + [
+    "  hello", "\x01\x02ab½c", "abc", "ab", "½x", "\r\nx", "e\u0301x", "\u4e2d\u6587", "\x00\ufffd a",
+    "ﬁx", "ΣA", "İx", "\u2581x", "\u2581\u2581", "x\u2581", "\x01", "\x01\x01\x01", "\x01e\u0301",
+]
+ALIGN_CONFIGS = CONFIGS + [
+    {"type": "Replace", "pattern": {"String": "ab"}, "content": "X"},
+    {"type": "Replace", "pattern": {"String": "ab"}, "content": ""},
+    {"type": "Replace", "pattern": {"Regex": "^\\s*"}, "content": ""},
+    {"type": "Replace", "pattern": {"Regex": "^"}, "content": "<"},
+    {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": "\u2581"}, "content": ""}]},
+    {"type": "Sequence", "normalizers": [
+        {"type": "Strip", "strip_left": True, "strip_right": False}, {"type": "Prepend", "prepend": "\u2581"}]},
+]
+
+
+@pytest.mark.parametrize("config", ALIGN_CONFIGS, ids=lambda d: json.dumps(d)[:60])
+def test_aligned_prefix_matches_tokenizers(config):
+    ours = normalizer_from_json(config)
+    for text in ALIGN_CORPUS:
+        assert aligned_prefix(ours, text) == _hf_aligned_prefix(config, text), (config, text)
+
+
+def test_aligned_prefix_of_t5_precompiled():
+    d = _t5_normalizer_json()
+    ours = normalizer_from_json(d)
+    for text in ALIGN_CORPUS:
+        assert aligned_prefix(ours, text) == _hf_aligned_prefix(d, text), text
+    assert ours.keeps_start("\x01\x02ab")  # the quirk: deleted leading characters leave no trace
+
+
+def test_aligned_prefix_hypothesis():
+    pytest.importorskip("tokenizers")
+    hypothesis = pytest.importorskip("hypothesis")
+    configs = ALIGN_CONFIGS + ([_t5_normalizer_json()] if os.path.exists(os.path.join(SHARED, "t5-small.json")) else [])
+    ours = [normalizer_from_json(d) for d in configs]
+    st = hypothesis.strategies
+    prefix = st.text(st.sampled_from(" \t\x01\x00\ufffd\u2581e\u0301ab½ﬁ中"), max_size=4)
+
+    @hypothesis.settings(max_examples=int(os.environ.get("PYRT_EXAMPLES", 150)), deadline=None, derandomize=True)
+    @hypothesis.given(head=prefix, tail=_hypothesis_text(), index=st.integers(0, len(configs) - 1))
+    def run(head, tail, index):
+        text = head + tail
+        assert aligned_prefix(ours[index], text) == _hf_aligned_prefix(configs[index], text)
 
     run()

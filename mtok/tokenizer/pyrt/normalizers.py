@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from typing import Dict, List, Optional, Pattern
+from typing import Dict, List, Optional, Pattern, Tuple
 
 from .. import TokenizerError
 from . import crate_tables
@@ -22,7 +22,7 @@ from . import unicode as U
 from .onig import compile_onig, find_spans
 from .precompiled import Precompiled
 
-__all__ = ["NORMALIZERS", "Normalizer", "normalizer_from_json", "lowercase", "unicode_normalize"]
+__all__ = ["NORMALIZERS", "Normalizer", "aligned_prefix", "normalizer_from_json", "lowercase", "unicode_normalize"]
 
 _WHITE_SPACE = "".join(chr(c) for lo, hi in U.WHITE_SPACE for c in range(lo, hi + 1))
 
@@ -36,6 +36,19 @@ class Normalizer:
 
     def normalize(self, s: str) -> str:
         raise NotImplementedError
+
+    def lead(self, s: str, z: int) -> int:
+        """Given that the first ``z`` characters of ``s`` map to the start of the original text,
+        how many leading characters of ``normalize(s)`` do (tokenizers' alignments).
+
+        This default suits normalizers that rewrite each character on its own: the output
+        of a character inherits that character's alignment.
+        """
+        return len(self.normalize(s[:z])) if z < len(s) else len(self.normalize(s))
+
+    def keeps_start(self, s: str) -> bool:
+        """Whether ``normalize(s)`` still begins at the start of ``s`` (Metaspace "first" asks)."""
+        return aligned_prefix(self, s) > 0
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -115,6 +128,11 @@ class Strip(Normalizer):
             s = s.rstrip(_WHITE_SPACE)
         return s
 
+    def lead(self, s: str, z: int) -> int:
+        start = len(s) - len(s.lstrip(_WHITE_SPACE)) if self.left else 0
+        end = len(s.rstrip(_WHITE_SPACE)) if self.right else len(s)
+        return max(0, min(z, end) - start)
+
 
 @functools.lru_cache(maxsize=None)
 def _table_regex(table: str) -> Pattern[str]:
@@ -165,6 +183,30 @@ class Replace(Normalizer):
         parts.append(s[prev:])
         return "".join(parts)
 
+    def spans(self, s: str) -> List[Tuple[int, int]]:
+        if self.literal is None:
+            return find_spans(self.regex, s) if s else []
+        if not self.literal:
+            return [(i, i) for i in range(len(s) + 1)] if s else []
+        return [m.span() for m in re.finditer(re.escape(self.literal), s)]
+
+    def lead(self, s: str, z: int) -> int:
+        # Inserted content takes the alignment of the last character it replaces (of the
+        # one before it, for an empty match; of the origin, at position 0).
+        count, prev = 0, 0
+        for start, end in self.spans(s):
+            if start > prev:
+                if start > z or prev >= z:
+                    return count + max(0, min(z, start) - prev)
+                count += start - prev
+            origin = end - 1 < z if end > start else start == 0 or start - 1 < z
+            if self.content:
+                if not origin:
+                    return count
+                count += len(self.content)
+            prev = end
+        return count + max(0, min(z, len(s)) - prev)
+
 
 class Prepend(Normalizer):
     def __init__(self, prepend: str):
@@ -179,6 +221,10 @@ class Prepend(Normalizer):
 
     def normalize(self, s: str) -> str:
         return self.prepend + s if s else s
+
+    def lead(self, s: str, z: int) -> int:
+        # the prepended text aligns like the character it precedes
+        return z + len(self.prepend) if s and z else 0
 
 
 class Nmt(Normalizer):
@@ -270,8 +316,18 @@ class Sequence(Normalizer):
             s = n.normalize(s)
         return s
 
+    def lead(self, s: str, z: int) -> int:
+        for n in self.normalizers:
+            s, z = n.normalize(s), n.lead(s, z)
+        return z
+
     def __repr__(self) -> str:
         return f"Sequence({self.normalizers!r})"
+
+
+def aligned_prefix(normalizer, s: str) -> int:
+    """How many leading characters of ``normalizer.normalize(s)`` align to the start of ``s``."""
+    return normalizer.lead(s, 1) if s else 0
 
 
 NORMALIZERS: Dict[str, type] = {

@@ -22,7 +22,7 @@ import re
 import struct
 import sys
 from array import array
-from typing import Dict, Optional, Pattern
+from typing import Dict, List, Optional, Pattern
 
 from .. import TokenizerError
 from . import unicode as U
@@ -227,6 +227,42 @@ class Precompiled:
         parts.append(s[prev:].translate(self._chars))
         return "".join(parts)
 
+    def lead(self, s: str, z: int) -> int:
+        """See :meth:`.normalizers.Normalizer.lead`.
+
+        tokenizers rebuilds the alignments from a list of ``(char, change)`` edits, where a
+        cluster mapped to "" shortens the *previous* edit; with no previous edit nothing
+        records the deletion, and the following characters take the alignments of the
+        ones before them.  This replays that list up to the first character off the origin.
+        """
+        if self.charsmap is None or not s:
+            return z if s else 0
+        self._learn_chars(s)
+        changes: List[int] = []  # one per output character
+        replay = _Replay(z)
+        for cluster in _clusters(s):
+            out = None
+            if len(cluster) > 1 and len(cluster.encode("utf-8")) < 6:
+                out = self.charsmap.transform(cluster)
+            pieces = [(cluster, out)] if out is not None else [(c, self._chars.get(ord(c))) for c in cluster]
+            for old, new in pieces:
+                if new is None:
+                    changes.append(0)
+                    continue
+                changes.extend(0 for _ in new)
+                diff = len(new) - len(old)
+                if diff > 0:
+                    changes[len(changes) - diff :] = [1] * diff
+                elif diff < 0 and changes:
+                    changes[-1] += diff
+            if not replay.run(changes, len(changes) - 1):  # the last change may still shrink
+                return replay.count
+        replay.run(changes, len(changes))
+        return replay.count
+
+    def keeps_start(self, s: str) -> bool:
+        return bool(s) and self.lead(s, 1) > 0
+
     def _learn_chars(self, s: str) -> None:
         new = set(s) - self._seen
         if not new:
@@ -252,6 +288,41 @@ class Precompiled:
                 self._clusters.clear()
             self._clusters[cluster] = out
         return out
+
+
+class _Replay:
+    """Walks tokenizers' edit list, counting output characters aligned to the origin."""
+
+    def __init__(self, z: int):
+        self.z = z
+        self.pos = 0  # input characters consumed
+        self.count = 0
+        self.done = 0  # edits replayed
+
+    def run(self, changes: List[int], upto: int) -> bool:
+        """Replay ``changes[done:upto]``; False once a character falls off the origin."""
+        while self.done < upto:
+            change = changes[self.done]
+            if change > 0:  # inserted: aligned like the character before it
+                if self.pos > 0 and self.pos - 1 >= self.z:
+                    return False
+            else:  # replaces the next input character and swallows -change more
+                if self.pos >= self.z:
+                    return False
+                self.pos += 1 - change
+            self.done += 1
+            self.count += 1
+        return True
+
+
+def _clusters(s: str):
+    """Every extended grapheme cluster of ``s``, in order."""
+    prev = 0
+    for m in cluster_regex().finditer(s):
+        yield from s[prev : m.start()]
+        yield m.group()
+        prev = m.end()
+    yield from s[prev:]
 
 
 @functools.lru_cache(maxsize=None)
