@@ -1,0 +1,141 @@
+"""The Unigram model (SentencePiece): the best-scoring segmentation of a piece, as ``tokenizers``.
+
+Viterbi over the characters of the piece, with the rules of tokenizers'
+``encode_optimized``: every vocabulary piece starting at a position competes (a
+strictly better score replaces, so ties keep the path found first); a character no
+one-character piece covers gets the unknown id at ``min score - 10``; consecutive
+unknown pieces are fused into one string, which then maps to its vocabulary id if it
+has one, to ``<0xXX>`` byte tokens under ``byte_fallback`` if all exist, else to
+``unk_id``.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .. import TokenizerError
+
+_UNK_PENALTY = 10.0
+_MISSING = object()
+_CACHE_PIECE_LEN = 256
+_CACHE_ENTRIES = 1 << 16
+
+
+class Unigram:
+    def __init__(self, pieces: Sequence[Tuple[str, float]], unk_id: Optional[int] = None, byte_fallback: bool = False):
+        if unk_id is not None:
+            if not pieces:
+                raise TokenizerError("Unigram: the vocabulary is empty but at least <unk> is needed")
+            if not 0 <= unk_id < len(pieces):
+                raise TokenizerError("Unigram: unk_id is larger than the vocabulary")
+        self.pieces = [(str(p), float(s)) for p, s in pieces]
+        self.unk_id = unk_id
+        self.byte_fallback = byte_fallback
+        self.vocab: Dict[str, int] = {p: i for i, (p, _) in enumerate(self.pieces)}  # a repeat keeps its last id
+        self.min_score = min((s for _, s in self.pieces), default=float("inf"))
+        self._unk_score = self.min_score - _UNK_PENALTY
+        # Every prefix of a piece maps to None, every piece to (id, score): the walk from a
+        # position stops at the first substring that starts no piece.
+        self._prefixes: Dict[str, Optional[Tuple[int, float]]] = {}
+        for piece in self.vocab:
+            for k in range(1, len(piece)):
+                self._prefixes.setdefault(piece[:k], None)
+        for piece, i in self.vocab.items():
+            if piece:
+                self._prefixes[piece] = (i, self.pieces[i][1])
+        self._bytes: Optional[List[Optional[int]]] = None
+        if byte_fallback:
+            self._bytes = [self.vocab.get(f"<0x{b:02X}>") for b in range(256)]
+        self._cache: Dict[str, List[int]] = {}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Unigram":
+        vocab = d.get("vocab")
+        if not isinstance(vocab, list):
+            raise TokenizerError("Unigram: vocab must be a list of [piece, score]")
+        unk_id = d.get("unk_id")
+        return cls([(p, s) for p, s in vocab], None if unk_id is None else int(unk_id), bool(d.get("byte_fallback")))
+
+    def get_vocab_size(self) -> int:
+        return len(self.pieces)
+
+    def id_to_token(self, i: int) -> Optional[str]:
+        return self.pieces[i][0] if 0 <= i < len(self.pieces) else None
+
+    def token_to_id(self, token: str) -> Optional[int]:
+        return self.vocab.get(token)
+
+    def tokenize(self, piece: str) -> List[int]:
+        """The ids of ``piece`` (the returned list may be shared: do not mutate it)."""
+        ids = self._cache.get(piece)
+        if ids is None:
+            ids = self._ids(self.segment(piece))
+            if len(piece) < _CACHE_PIECE_LEN:
+                if len(self._cache) >= _CACHE_ENTRIES:
+                    self._cache.clear()
+                self._cache[piece] = ids
+        return ids
+
+    def segment(self, s: str) -> List[Tuple[str, Optional[int]]]:
+        """The best path as ``(text, id)`` pairs, with fused unknown runs given the id None."""
+        n = len(s)
+        if not n:
+            return []
+        prefixes, unk_id, unk_score = self._prefixes, self.unk_id, self._unk_score
+        score = [0.0] * (n + 1)
+        back = [-1] * (n + 1)  # where the best path into each position starts
+        ids = [0] * (n + 1)
+        for i in range(n):
+            base = score[i]
+            single = False
+            for k in range(i + 1, n + 1):
+                hit = prefixes.get(s[i:k], _MISSING)
+                if hit is _MISSING:
+                    break
+                if hit is not None:
+                    candidate = hit[1] + base
+                    if back[k] < 0 or candidate > score[k]:
+                        score[k], back[k], ids[k] = candidate, i, hit[0]
+                    if k == i + 1:
+                        single = True
+            if not single:
+                candidate = unk_score + base
+                if back[i + 1] < 0 or candidate > score[i + 1]:
+                    if unk_id is None:
+                        raise TokenizerError("Unigram: encountered an unknown token but unk_id is missing")
+                    score[i + 1], back[i + 1], ids[i + 1] = candidate, i, unk_id
+        out: List[Tuple[str, Optional[int]]] = []
+        end, unk_end = n, -1
+        while end > 0:
+            start = back[end]
+            if ids[end] == unk_id:
+                if unk_end < 0:
+                    unk_end = end
+            else:
+                if unk_end >= 0:
+                    out.append((s[end:unk_end], None))
+                    unk_end = -1
+                out.append((s[start:end], ids[end]))
+            end = start
+        if unk_end >= 0:
+            out.append((s[0:unk_end], None))
+        out.reverse()
+        return out
+
+    def _ids(self, path: List[Tuple[str, Optional[int]]]) -> List[int]:
+        ids: List[int] = []
+        for text, i in path:
+            if i is not None:
+                ids.append(i)
+                continue
+            known = self.vocab.get(text)
+            if known is not None:
+                ids.append(known)
+                continue
+            if self._bytes is not None:
+                byte_ids = [self._bytes[b] for b in text.encode("utf-8")]
+                if None not in byte_ids:
+                    ids.extend(byte_ids)  # type: ignore[arg-type]
+                    continue
+            ids.append(self.unk_id)  # type: ignore[arg-type]
+        return ids
