@@ -7,6 +7,7 @@ client got wrong.  The same class serves every worker, whatever N is.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -14,7 +15,7 @@ from . import __version__
 from .http_server import EventStream, Request, Response, route
 from .io_struct import GenerateReqInput, SamplingParams
 from .openai_api import OpenAIRoutes
-from .status import ServerState, StatusBoard
+from .status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, StatusBoard
 from .tokenizer_manager import ReqState, TokenizerManager
 from .validate import APIError, bad, check_unknown, get_bool, get_str, require_object, token_list
 
@@ -182,6 +183,9 @@ class Api(OpenAIRoutes):
         return {
             "version": __version__,
             "state": self.board.state.name.lower(),
+            "processes": {"main": os.getppid() if self.args.tokenizer_worker_num > 1 else os.getpid(),
+                          "scheduler": self.board.slot(SCHEDULER_SLOT).pid,
+                          "detokenizer": self.board.slot(DETOKENIZER_SLOT).pid},
             "tokenizer_worker_num": self.args.tokenizer_worker_num,
             "workers": workers,
             "worker_restarts": self.board.restarts,

@@ -42,6 +42,7 @@ class ServerArgs:
     max_running_requests: int = 256
     max_queued_requests: int = 4096
     max_request_bytes: int = 16 << 20
+    max_connections: int = 1024
     api_key: Optional[str] = None
     worker_timeout: float = 30.0
     graceful_timeout: float = 30.0
@@ -87,6 +88,8 @@ class ServerArgs:
           help="requests waiting beyond those; more get 503 (default: %(default)s)")
         a("--max-request-bytes", type=int, default=d.max_request_bytes,
           help="largest HTTP body accepted (default: %(default)s)")
+        a("--max-connections", type=int, default=d.max_connections,
+          help="open client connections per worker; more get 503 (default: %(default)s)")
         a("--api-key", default=None, help="require 'Authorization: Bearer KEY' on all endpoints but /health")
         a("--worker-timeout", type=float, default=d.worker_timeout,
           help="seconds without a heartbeat before a worker is replaced (default: %(default)s)")
@@ -111,7 +114,7 @@ class ServerArgs:
             problems.append("--tokenizer-worker-num must be at least 1")
         if not 0 <= self.port <= 65535:
             problems.append("--port must be in 0..65535")
-        for name in ("max_running_requests", "max_queued_requests", "max_request_bytes"):
+        for name in ("max_running_requests", "max_queued_requests", "max_request_bytes", "max_connections"):
             if getattr(self, name) < 1:
                 problems.append(f"--{name.replace('_', '-')} must be positive")
         for name in ("worker_timeout", "graceful_timeout", "http_timeout"):

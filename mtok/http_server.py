@@ -147,34 +147,38 @@ class ConnectionWatch:
 
 class ReadDeadlines:
     """Ends requests that take longer than ``timeout`` to arrive (slow-loris),
-    however slowly each byte trickles in."""
+    however slowly each byte trickles in: the handler is marked expired and its
+    socket's read side shut, so the blocked read returns and the handler answers
+    408 instead of holding its thread."""
 
     def __init__(self, timeout: float):
         self.timeout = timeout
-        self._armed: Dict[socket.socket, float] = {}
+        self._armed: Dict["RequestHandler", float] = {}
         self._lock = threading.Lock()
         threading.Thread(target=self._run, name="read-deadlines", daemon=True).start()
 
-    def arm(self, sock: socket.socket) -> None:
+    def arm(self, handler: "RequestHandler") -> None:
+        handler.expired = False
         with self._lock:
-            self._armed[sock] = time.monotonic() + self.timeout
+            self._armed[handler] = time.monotonic() + self.timeout
 
-    def disarm(self, sock: socket.socket) -> None:
+    def disarm(self, handler: "RequestHandler") -> None:
         with self._lock:
-            self._armed.pop(sock, None)
+            self._armed.pop(handler, None)
 
     def _run(self) -> None:
-        tick = min(1.0, self.timeout / 4)
+        tick = min(0.5, self.timeout / 4)
         while True:
             time.sleep(tick)  # a coarse clock, not synchronisation
             now = time.monotonic()
             with self._lock:
-                late = [s for s, t in self._armed.items() if t <= now]
-                for s in late:
-                    del self._armed[s]
-            for s in late:
+                late = [h for h, t in self._armed.items() if t <= now]
+                for h in late:
+                    del self._armed[h]
+            for h in late:
+                h.expired = True
                 try:
-                    s.shutdown(socket.SHUT_RD)  # the blocked read sees end-of-file
+                    h.connection.shutdown(socket.SHUT_RD)
                 except OSError:
                     pass
 
@@ -185,7 +189,8 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
     request_queue_size = 1024
 
-    def __init__(self, sock: socket.socket, app: Any, api_key: Optional[str], max_body: int, timeout: float):
+    def __init__(self, sock: socket.socket, app: Any, api_key: Optional[str], max_body: int, timeout: float,
+                 max_connections: int = 1024):
         # Bind and listen happen elsewhere (the socket may be shared by workers).
         socketserver.BaseServer.__init__(self, sock.getsockname(), RequestHandler)
         self.socket = sock
@@ -198,6 +203,8 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.watcher = DisconnectWatcher()
         self.deadlines = ReadDeadlines(timeout)
         self.tick: Optional[Callable[[], None]] = None
+        self.max_connections = max_connections
+        self.connections = 0
         self.draining = False  # set on graceful stop: new requests are turned away
         self.in_flight = 0  # requests being handled (idle keep-alive connections don't count)
         self.served = 0
@@ -206,6 +213,30 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def service_actions(self) -> None:
         if self.tick is not None:
             self.tick()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """One thread per connection, up to ``max_connections``; past that the
+        connection gets a 503 at once, so a flood cannot grow the thread count."""
+        with self._count_lock:
+            full = self.connections >= self.max_connections
+            if not full:
+                self.connections += 1
+        if full:
+            _refuse(request, self.max_connections)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            with self._count_lock:
+                self.connections -= 1
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._count_lock:
+                self.connections -= 1
 
     def count(self, delta: int) -> None:
         with self._count_lock:
@@ -224,6 +255,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     server_version = "mtok"
     sys_version = ""
     server: HTTPServer
+    expired = False  # set by ReadDeadlines
 
     def setup(self) -> None:
         self.timeout = self.server.read_timeout
@@ -239,11 +271,19 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         # The whole request, from its first byte to the end of its body, must
         # arrive within the deadline; so must the next one on a kept-alive
         # connection, which is what bounds idle connections too.
-        self.server.deadlines.arm(self.connection)
+        self.server.deadlines.arm(self)
         try:
             super().handle_one_request()
         finally:
-            self.server.deadlines.disarm(self.connection)
+            self.server.deadlines.disarm(self)
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":  # or a request line cut short
+            self.send_error(400, "the request line needs an HTTP version (HTTP/0.9 is not supported)")
+            return False
+        return True
 
     def dispatch(self) -> None:
         self.server.count(1)
@@ -257,9 +297,14 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         if "://" in path:
             path = urlsplit(path).path
         try:
+            if self.expired:  # the headers were cut short by the deadline
+                self.close_connection = True
+                raise APIError("the request took too long to arrive", 408)
             if self.server.draining:
                 self.close_connection = True
                 raise APIError("the server is shutting down", 503, headers={"Retry-After": "1"})
+            if self.server.api_key is not None and path != "/health":
+                self.check_api_key()
             methods = self.server.routes.get(path)
             if methods is None:
                 raise APIError(f"no route for {path!r}", 404)
@@ -267,10 +312,10 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             if handler is None:
                 allow = ", ".join(sorted(methods))
                 raise APIError(f"{self.command} is not allowed on {path}; use {allow}", 405, headers={"Allow": allow})
-            if self.server.api_key is not None and path != "/health":
-                self.check_api_key()
             raw = self.read_body()
-            self.server.deadlines.disarm(self.connection)
+            self.server.deadlines.disarm(self)
+            if self.expired:
+                raise APIError("the request took too long to arrive", 408)
             req = Request(self.command, path, query, self.headers, raw, ConnectionWatch(self.server.watcher, self.connection))
             self.write(handler(req))
         except APIError as e:
@@ -313,6 +358,8 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         data = self.rfile.read(n)
         if len(data) < n:
             self.close_connection = True
+            if self.expired:
+                raise APIError("the request took too long to arrive", 408)
             raise APIError(f"request body ended after {len(data)} of {n} bytes", 400)
         return data
 
@@ -397,6 +444,8 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
         """http.server's own errors (bad request line, header flood, ...) as JSON."""
         self.close_connection = True
+        if self.expired:
+            code, message = 408, "the request took too long to arrive"
         if self.request_version == "HTTP/0.9":  # the request line was unreadable; answer with a status line
             self.request_version = "HTTP/1.0"
         body = APIError(message or self.responses.get(code, ("error",))[0], code).body()
@@ -408,6 +457,19 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s %s", self.address_string(), format % args)
+
+
+def _refuse(sock: socket.socket, limit: int) -> None:
+    body = json.dumps(APIError(f"too many connections (the limit is {limit} per worker)", 503).body()).encode()
+    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+            "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
+    try:
+        sock.settimeout(1.0)
+        sock.sendall(head + body)
+    except OSError:
+        pass
+    finally:
+        sock.close()
 
 
 def make_listen_socket(host: str, port: int, reuseport: bool, listen: bool = True) -> socket.socket:

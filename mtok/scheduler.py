@@ -80,6 +80,8 @@ class Scheduler:
         self.pending_output: List[Req] = []  # refused or aborted since the last step
         self.embed_queue: List[TokenizedEmbeddingReqInput] = []
         self.step_delay = server_args.engine_step_delay
+        # running plus waiting; past this a request is refused (503) at once
+        self.capacity = server_args.max_running_requests + server_args.max_queued_requests
         self.recv_from_tokenizer = Receiver(port_args.scheduler_input_ipc_name, authkey)
         self.send_to_detokenizer = Sender(port_args.detokenizer_ipc_name, authkey)
         self._dispatch: Dict[type, Callable[[Any], None]] = {
@@ -115,7 +117,7 @@ class Scheduler:
         req = Req(msg)
         if msg.rid in self.reqs:
             req.finished_reason = abort_reason(f"request id {msg.rid!r} is already in use", 400)
-        elif len(self.waiting) >= self.server_args.max_queued_requests:
+        elif len(self.reqs) >= self.capacity:
             req.finished_reason = abort_reason("the server is at capacity; retry later", 503)
         else:
             self.reqs[req.rid] = req

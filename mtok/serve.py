@@ -50,6 +50,7 @@ logger = logging.getLogger("mtok.serve")
 
 BOOT_TIMEOUT = 120.0
 STOP_TIMEOUT = 3.0
+FAIL_LINGER = 1.0  # after a core process dies, keep answering 503 this long before exiting
 EXIT_FAILED, EXIT_BOOT_ERROR = 1, 3
 
 
@@ -74,6 +75,7 @@ class Child:
     def __init__(self, role: str, slot: int, process: Any, ready: Any, ipc: Optional[str] = None):
         self.role, self.slot, self.process, self.ready, self.ipc = role, slot, process, ready, ipc
         self.booted = False
+        self.boot_deadline = time.monotonic() + BOOT_TIMEOUT
 
     @property
     def name(self) -> str:
@@ -95,6 +97,8 @@ class Child:
             raise BootError(detail or f"{self.name} exited during boot: {describe_exit(self.process.exitcode)}")
         if not self.process.is_alive():
             raise BootError(f"{self.name} exited during boot: {describe_exit(self.process.exitcode)}")
+        if time.monotonic() > self.boot_deadline:
+            raise BootError(f"{self.name} did not start within {BOOT_TIMEOUT:g} s")
         return False
 
 
@@ -237,13 +241,9 @@ class Arbiter:
         return Child("worker", slot, proc, ready_r, name)
 
     def _wait_for_boot(self, children: List[Child]) -> None:
-        deadline = time.monotonic() + BOOT_TIMEOUT
         while not all(c.poll_boot() for c in children):
             if self.signals:
                 raise BootError("interrupted while starting")
-            if time.monotonic() > deadline:
-                late = ", ".join(c.name for c in children if not c.booted)
-                raise BootError(f"{late} did not start within {BOOT_TIMEOUT:g} s")
             pending = [c for c in children if not c.booted]
             wait([c.ready for c in pending] + [c.process.sentinel for c in pending] + [self._sig_r], 0.5)
             self._drain_signal_pipe()
@@ -325,6 +325,9 @@ class Arbiter:
             self.frontend.tm.fail_all(message)
         elif self.router is not None:
             self.router.broadcast(ServerFailure(message=message), [w.ipc for w in self.workers if w.booted])
+        # Requests in flight get their 503 now; meanwhile /health says 503 to
+        # whoever watches, rather than the port going dark at once.
+        wait([self._sig_r], FAIL_LINGER)
         self.stop(graceful=True, timeout=1.0)
         return EXIT_FAILED
 

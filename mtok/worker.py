@@ -30,7 +30,8 @@ class HttpFrontend:
         self.tm = tm
         self.sock = sock
         self.api = Api(tm, board, slot)
-        self.httpd = HTTPServer(sock, self.api, args.api_key, args.max_request_bytes, args.http_timeout)
+        self.httpd = HTTPServer(sock, self.api, args.api_key, args.max_request_bytes, args.http_timeout,
+                                args.max_connections)
         self.board, self.slot = board, slot
         self.httpd.tick = self.tick
         self._thread: Optional[threading.Thread] = None
