@@ -15,6 +15,9 @@ from ._dispatch import build
 from .pre_tokenizers import CHAR_TO_BYTE, metaspace_scheme
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2}|\+[0-9A-Fa-f])>\Z")
+_HEX = "0123456789abcdefABCDEF"
+# Every token ByteFallback reads as a byte (Rust's u8::from_str_radix also takes "+F").
+_BYTE_TOKENS = frozenset(f"<0x{a}{b}>" for a in _HEX + "+" for b in _HEX)
 
 
 class Decoder:
@@ -121,6 +124,8 @@ class ByteFallback(Decoder):
         return cls()
 
     def decode_chain(self, tokens: List[str]) -> List[str]:
+        if _BYTE_TOKENS.isdisjoint(tokens):
+            return tokens
         out: List[str] = []
         pending = bytearray()
         for t in tokens:
@@ -221,6 +226,10 @@ class Replace(Decoder):
         return cls(ReplaceNormalizer.from_json(d))
 
     def decode_chain(self, tokens: List[str]) -> List[str]:
+        literal = getattr(self.replace, "literal", None)
+        if literal:  # the common case, a plain string: skip a call per token
+            content = self.replace.content
+            return [t.replace(literal, content) for t in tokens]
         return [self.replace.normalize(t) for t in tokens]
 
 

@@ -203,21 +203,23 @@ class Tokenizer:
     # -- decoding ------------------------------------------------------------------
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         names = self._token_str
-        special = self.added.special_contents if skip_special_tokens else ()
-        tokens = []
-        for i in ids:
-            t = names.get(i)
-            if t is None:
-                t = self.id_to_token(i)
-                if t is None:
-                    continue  # tokenizers skips ids it does not know
-                names[i] = t
-            if t in special:
-                continue
-            tokens.append(t)
+        tokens = [names.get(i) for i in ids]
+        if None in tokens:
+            tokens = [t for t in map(self._token_of, ids) if t is not None]  # unknown ids are skipped
+        special = self.added.special_contents
+        if skip_special_tokens and special and not special.isdisjoint(tokens):
+            tokens = [t for t in tokens if t not in special]
         if self.decoder is None:
-            return " ".join(tokens)
-        return self.decoder.decode(tokens)
+            return " ".join(tokens)  # type: ignore[arg-type]
+        return self.decoder.decode(tokens)  # type: ignore[arg-type]
+
+    def _token_of(self, i: int) -> Optional[str]:
+        t = self._token_str.get(i)
+        if t is None:
+            t = self.id_to_token(i)
+            if t is not None:
+                self._token_str[i] = t
+        return t
 
     def decode_batch(self, seqs: Sequence[Sequence[int]], skip_special_tokens: bool = True) -> List[str]:
         return [self.decode(ids, skip_special_tokens) for ids in seqs]
