@@ -9,7 +9,7 @@ import random
 import pytest
 
 from mtok.tokenizer import TokenizerError
-from mtok.tokenizer.pyrt.unigram import Unigram
+from mtok.tokenizer.pyrt.unigram import Unigram, serde_f64
 from mtok.tokenizer.pyrt.wordlevel import WordLevel
 from mtok.tokenizer.pyrt.wordpiece import WordPiece
 
@@ -79,6 +79,19 @@ def test_unigram_byte_fallback_and_missing_unk():
         Unigram([("a", 0.0)], unk_id=3)
 
 
+def test_scores_are_read_as_serde_json_reads_them():
+    assert serde_f64("-12.130167007446289") == float.fromhex("-0x1.842a53fffffffp+3")  # Python: ...540000000p+3
+    assert serde_f64("-5.129043102264404") == -5.129043102264404
+    assert [serde_f64(t) for t in ("0", "-0.0", "1e-05", "1.5E3", "123")] == [0.0, -0.0, 1e-05, 1500.0, 123.0]
+    assert serde_f64("1e-400") == 0.0
+    with pytest.raises(TokenizerError):
+        serde_f64("1e400")
+    # ties between equal-scoring paths fall on those bits
+    vocab = [["<unk>", 0.0], ["-", -5.129043102264404], ["---", -12.130167007446289]]
+    assert Unigram.from_json({"unk_id": 0, "vocab": vocab}).tokenize("-" * 7) == [2, 2, 1]  # as tokenizers
+    assert Unigram([tuple(p) for p in vocab], unk_id=0).tokenize("-" * 7) == [1, 2, 2]  # Python's floats
+
+
 def test_wordpiece():
     vocab = {"[UNK]": 0, "un": 1, "##aff": 2, "##able": 3, "a": 4, "##a": 5, "aff": 6}
     model = WordPiece(vocab, max_input_chars_per_word=8)
@@ -135,9 +148,11 @@ def trained():
 
 
 def _hf_unigram(d):
-    from tokenizers import models
-
-    return _hf_model_tokenizer(models.Unigram([tuple(p) for p in d["vocab"]], d.get("unk_id"), d.get("byte_fallback", False)))
+    """tokenizers' Unigram as tokenizers reads it from JSON (its float parsing matters)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    doc = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+           "pre_tokenizer": None, "post_processor": None, "decoder": None, "model": dict(d, type="Unigram")}
+    return tokenizers.Tokenizer.from_str(json.dumps(doc))
 
 
 def _hf_wordpiece(d):
@@ -184,7 +199,8 @@ def _shared_model(name):
 
 def test_t5_unigram_vocabulary():
     d = _shared_model("t5-small.json")
-    _check(Unigram.from_json(d), _hf_unigram(d), _meta_words() + ["\u2581Hello", "\u2581world!", "\u2581\u2581\u2581"])
+    words = _meta_words() + ["\u2581Hello", "\u2581world!", "\u2581\u2581\u2581"] + ["\u2581" + "-" * n for n in range(1, 60)]
+    _check(Unigram.from_json(d), _hf_unigram(d), words)
 
 
 def test_bert_wordpiece_vocabulary():

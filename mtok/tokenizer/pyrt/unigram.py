@@ -11,11 +11,14 @@ has one, to ``<0xXX>`` byte tokens under ``byte_fallback`` if all exist, else to
 
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import TokenizerError
 
 _UNK_PENALTY = 10.0
+_U64_MAX = (1 << 64) - 1
+_POW10 = tuple(float("1e%d" % i) for i in range(309))
 _MISSING = object()
 _CACHE_PIECE_LEN = 256
 _CACHE_ENTRIES = 1 << 16
@@ -50,11 +53,18 @@ class Unigram:
 
     @classmethod
     def from_json(cls, d: dict) -> "Unigram":
+        """From the ``model`` object of a tokenizer.json parsed by Python's ``json``.
+
+        Scores are re-read the way tokenizers' JSON parser reads them (see
+        :func:`serde_f64`), assuming each was written in its shortest round-trip form,
+        as both tokenizers and Python write floats.
+        """
         vocab = d.get("vocab")
         if not isinstance(vocab, list):
             raise TokenizerError("Unigram: vocab must be a list of [piece, score]")
         unk_id = d.get("unk_id")
-        return cls([(p, s) for p, s in vocab], None if unk_id is None else int(unk_id), bool(d.get("byte_fallback")))
+        pieces = [(p, serde_f64(repr(float(s)))) for p, s in vocab]
+        return cls(pieces, None if unk_id is None else int(unk_id), bool(d.get("byte_fallback")))
 
     def get_vocab_size(self) -> int:
         return len(self.pieces)
@@ -139,3 +149,51 @@ class Unigram:
                     continue
             ids.append(self.unk_id)  # type: ignore[arg-type]
         return ids
+
+
+def serde_f64(text: str) -> float:
+    """A JSON number read as serde_json reads it into an f64 (without ``float_roundtrip``).
+
+    serde_json accumulates up to 19-20 significant digits in a u64, converts that to
+    f64 and then multiplies or divides by a power of ten: two roundings, so about a
+    quarter of SentencePiece scores come out one ulp away from Python's correctly
+    rounded ``float()``.  Unigram breaks ties between equal-looking paths on exactly
+    those bits.
+    """
+    s = text.strip()
+    i, n = 0, len(s)
+    positive = s[:1] != "-"
+    if not positive:
+        i += 1
+    significand, exponent, long_integer = 0, 0, False
+    while i < n and "0" <= s[i] <= "9":
+        digit = ord(s[i]) - 48
+        if long_integer or significand * 10 + digit > _U64_MAX:
+            long_integer = True  # the remaining integer digits only scale
+            exponent += 1
+        else:
+            significand = significand * 10 + digit
+        i += 1
+    if i < n and s[i] == ".":
+        i += 1
+        while i < n and "0" <= s[i] <= "9":
+            digit = ord(s[i]) - 48
+            if significand * 10 + digit > _U64_MAX:  # ignore this and all further digits
+                while i < n and "0" <= s[i] <= "9":
+                    i += 1
+                break
+            significand = significand * 10 + digit
+            exponent -= 1
+            i += 1
+    if i < n and s[i] in "eE":
+        exponent += int(s[i + 1 :])
+    value = float(significand)
+    while value and exponent < -308:
+        value /= 1e308
+        exponent += 308
+    if value and exponent > 308:
+        raise TokenizerError(f"number out of range: {text!r}")
+    value = value * _POW10[exponent] if exponent >= 0 else value / _POW10[-exponent]
+    if math.isinf(value):
+        raise TokenizerError(f"number out of range: {text!r}")
+    return value if positive else -value
