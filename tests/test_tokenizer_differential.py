@@ -246,3 +246,35 @@ def test_truncation_and_padding(truncation, padding):
                 mine.encode_batch(texts, add_special_tokens=add)
             continue
         assert mine.encode_batch(texts, add_special_tokens=add) == expected_batch
+
+
+_FIRST = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}
+FIRST_CASES = [
+    ({"type": "Strip", "strip_left": True, "strip_right": True}, _FIRST),
+    ({"type": "Strip", "strip_left": True, "strip_right": True},
+     {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, _FIRST]}),
+    ({"type": "Prepend", "prepend": "xx"},
+     {"type": "Sequence", "pretokenizers": [
+         {"type": "Split", "pattern": {"String": "x"}, "behavior": "Removed", "invert": False}, _FIRST]}),
+    ({"type": "Replace", "pattern": {"String": "h"}, "content": ""}, _FIRST),
+    (None, {"type": "Sequence", "pretokenizers": [{"type": "Punctuation", "behavior": "Removed"}, _FIRST]}),
+]
+
+
+@pytest.mark.parametrize("normalizer,pre_tokenizer", FIRST_CASES)
+def test_metaspace_first_follows_alignment(normalizer, pre_tokenizer):
+    """prepend_scheme "first" prepends only to a word aligned with the start of the input."""
+    words = ["hello", "hhello", "ello", "world", "a", "x"]
+    vocab = {"[UNK]": 0, "\u2581": 1}
+    for w in words:
+        vocab.setdefault(w, len(vocab))
+        vocab.setdefault("\u2581" + w, len(vocab))
+    model = {"type": "BPE", "vocab": vocab, "merges": [], "unk_token": "[UNK]", "ignore_merges": True}
+    config = json.loads(tokenizers.Tokenizer(tokenizers.models.BPE()).to_str())
+    config.update(model=model, normalizer=normalizer, pre_tokenizer=pre_tokenizer)
+    config["added_tokens"] = [{"id": len(vocab), "content": "<t>", "single_word": False, "lstrip": False,
+                               "rstrip": False, "normalized": False, "special": False}]
+    text = json.dumps(config)
+    ref, mine = tokenizers.Tokenizer.from_str(text), Tokenizer.from_str(text)
+    for t in ["  hello world", "hello world", "hhello", "xhello", "!hello", "<t>hello", " <t> hello", "x", ""]:
+        assert mine.encode(t) == ref.encode(t).ids, t

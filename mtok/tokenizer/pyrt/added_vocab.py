@@ -16,8 +16,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 from .. import TokenizerError
 from ._chars import WHITE_SPACE, is_word
 
-# (text, id, first): id is None for text still to tokenize; first: it starts the input.
-Segment = Tuple[str, Optional[int], bool]
+# (text, id, lead): id is None for text still to tokenize; lead: see AddedVocabulary.segments.
+Segment = Tuple[str, Optional[int], int]
 
 
 @dataclass(frozen=True)
@@ -114,30 +114,31 @@ class AddedVocabulary:
         self,
         text: str,
         normalize: Optional[Callable[[str], str]],
-        keeps_start: Optional[Callable[[str], bool]] = None,
+        lead_of: Optional[Callable[[str], int]] = None,
     ) -> List[Segment]:
         """Cut ``text`` into added tokens and normalized text (tokenizers' ``extract_and_normalize``).
 
-        ``keeps_start(piece)`` tells whether normalizing keeps the piece's first
-        character; when it does not, no part of the piece starts the input any more.
+        Each segment carries its *lead*: how many of its leading characters stand
+        for the very start of ``text`` (0 for all but the first).  ``lead_of(piece)``
+        gives it for a normalized piece; by default only the first character does.
         """
         out: List[Segment] = []
-        for piece, tok_id, first in self._cut(text, self._raw, True):
+        for piece, tok_id, lead in self._cut(text, self._raw, 1):
             if tok_id is not None:
-                out.append((piece, tok_id, first))
+                out.append((piece, tok_id, 0))
                 continue
-            if first and keeps_start is not None:
-                first = keeps_start(piece)
+            if lead and lead_of is not None:
+                lead = lead_of(piece)
             if normalize is not None:
                 piece = normalize(piece)
-            out.extend(self._cut(piece, self._normed, first))
+            out.extend(self._cut(piece, self._normed, lead))
         return out
 
-    def _cut(self, text: str, matcher: Optional[_Matcher], first: bool) -> List[Segment]:
+    def _cut(self, text: str, matcher: Optional[_Matcher], lead: int) -> List[Segment]:
         if not text:
             return []
         if matcher is None:
-            return [(text, None, first)]
+            return [(text, None, lead)]
         out: List[Segment] = []
         done = 0
         for start, stop, tok_id in matcher.finditer(text):
@@ -155,9 +156,9 @@ class AddedVocabulary:
                 while stop < len(text) and text[stop] in WHITE_SPACE:
                     stop += 1
             if done < start:
-                out.append((text[done:start], None, first and done == 0))
-            out.append((text[start:stop], tok_id, False))
+                out.append((text[done:start], None, max(0, lead - done)))
+            out.append((text[start:stop], tok_id, 0))
             done = stop
         if done < len(text):
-            out.append((text[done:], None, first and done == 0))
+            out.append((text[done:], None, max(0, lead - done)))
         return [s for s in out if s[0]]

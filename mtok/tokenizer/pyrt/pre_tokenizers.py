@@ -1,9 +1,10 @@
 """Pre-tokenizers: cut a normalized string into the words the model sees.
 
 Each class mirrors one tokenizers ``PreTokenizer`` and works on one piece at a
-time: ``split(piece, first)`` returns the words, with empty ones dropped as
-tokenizers drops them.  ``first`` says whether the piece starts the input text
-(only Metaspace's ``prepend_scheme: "first"`` cares).
+time: ``split(piece, lead)`` returns the words, with empty ones dropped as
+tokenizers drops them.  ``lead`` counts the piece's leading characters that
+stand for the start of the input text (0: the piece does not start it); only
+Metaspace's ``prepend_scheme: "first"`` cares.
 
 A per-word ``transform`` (ByteLevel's bytes-to-characters) is kept apart from
 ``split`` so that the pipeline can cache model output by the untransformed word
@@ -57,18 +58,18 @@ class PreTokenizer:
     """A step of the pre-tokenization; subclasses implement ``split``."""
 
     transform: Optional[Callable[[str], str]] = None
-    # False for splitters that drop delimiters: their first word may not start the piece.
+    # False for splitters that drop delimiters: their first word may start past the piece's start.
     covers = True
     # True when ``split`` returns the piece unchanged.
     passthrough = False
-    # True when ``split`` looks at ``first``.
+    # True when ``split`` looks at ``lead``.
     needs_first = False
 
-    def split(self, piece: str, first: bool) -> List[str]:
+    def split(self, piece: str, lead: int) -> List[str]:
         raise NotImplementedError
 
-    def pre_tokenize(self, piece: str, first: bool = True) -> List[str]:
-        words = self.split(piece, first)
+    def pre_tokenize(self, piece: str, lead: int = 1) -> List[str]:
+        words = self.split(piece, lead)
         t = self.transform
         return [t(w) for w in words] if t is not None else words
 
@@ -84,7 +85,7 @@ class ByteLevel(PreTokenizer):
     def from_json(cls, d: dict) -> "ByteLevel":
         return cls(d.get("add_prefix_space", True), d.get("use_regex", True))
 
-    def split(self, piece: str, first: bool) -> List[str]:
+    def split(self, piece: str, lead: int) -> List[str]:
         if not piece:  # tokenizers' prepend does nothing to an empty string
             return []
         if self.add_prefix_space and not piece.startswith(" "):
@@ -107,7 +108,7 @@ class _FindAll(PreTokenizer):
     def from_json(cls, d: dict) -> "_FindAll":
         return cls()
 
-    def split(self, piece: str, first: bool) -> List[str]:
+    def split(self, piece: str, lead: int) -> List[str]:
         return self.regex.findall(piece)
 
 
@@ -137,7 +138,7 @@ class CharDelimiterSplit(PreTokenizer):
     def from_json(cls, d: dict) -> "CharDelimiterSplit":
         return cls(d["delimiter"])
 
-    def split(self, piece: str, first: bool) -> List[str]:
+    def split(self, piece: str, lead: int) -> List[str]:
         return [w for w in piece.split(self.delimiter) if w]
 
 
@@ -149,7 +150,7 @@ class _CharClassSplit(PreTokenizer):
         self.behavior = behavior
         self.covers = behavior != "Removed"
 
-    def split(self, piece: str, first: bool) -> List[str]:
+    def split(self, piece: str, lead: int) -> List[str]:
         return _split.split(piece, _split.regex_spans(self.char_regex, piece), self.behavior)
 
 
@@ -170,7 +171,7 @@ class Digits(PreTokenizer):
     def from_json(cls, d: dict) -> "Digits":
         return cls(bool(d.get("individual_digits", False)))
 
-    def split(self, piece: str, first: bool) -> List[str]:
+    def split(self, piece: str, lead: int) -> List[str]:
         return self.regex.findall(piece)
 
 
@@ -195,13 +196,13 @@ class Metaspace(PreTokenizer):
     def from_json(cls, d: dict) -> "Metaspace":
         return cls(d.get("replacement", "\u2581"), metaspace_scheme(d), bool(d.get("split", True)))
 
-    def split(self, piece: str, first: bool) -> List[str]:
+    def split(self, piece: str, lead: int) -> List[str]:
         if not piece:
             return []
         rep = self.replacement
         piece = piece.replace(" ", rep)
         if not piece.startswith(rep) and (
-            self.prepend_scheme == "always" or (self.prepend_scheme == "first" and first)
+            self.prepend_scheme == "always" or (self.prepend_scheme == "first" and lead > 0)
         ):
             piece = rep + piece
         return self.regex.findall(piece) if self.do_split else [piece]
@@ -234,7 +235,7 @@ class Split(PreTokenizer):
     def from_json(cls, d: dict) -> "Split":
         return cls(d["pattern"], d["behavior"], bool(d.get("invert", False)))
 
-    def split(self, piece: str, first: bool) -> List[str]:
+    def split(self, piece: str, lead: int) -> List[str]:
         if self._findall:
             words = _matches(self.regex, piece)
             if "" not in words:
@@ -252,7 +253,7 @@ class FixedLength(PreTokenizer):
     def from_json(cls, d: dict) -> "FixedLength":
         return cls(int(d.get("length", 5)))
 
-    def split(self, piece: str, first: bool) -> List[str]:
+    def split(self, piece: str, lead: int) -> List[str]:
         n = self.length
         return [piece[i : i + n] for i in range(0, len(piece), n)]
 
@@ -272,24 +273,29 @@ class Sequence(PreTokenizer):
     def from_json(cls, d: dict) -> "Sequence":
         return cls([pre_tokenizer_from_json(p) for p in d["pretokenizers"]])
 
-    def split(self, piece: str, first: bool) -> List[str]:
+    def split(self, piece: str, lead: int) -> List[str]:
         words = [piece]
         last = len(self._cutters) - 1
         for n, step in enumerate(self._cutters):
             cut = step.split if n == last and self._last_lazy else step.pre_tokenize
-            if len(words) == 1:
-                parts = cut(words[0], first)
-                first = first and bool(parts) and (step.covers or words[0].startswith(parts[0]))
-                words = parts
-                continue
             out: List[str] = []
             for i, w in enumerate(words):
-                parts = cut(w, first and i == 0)
-                if i == 0 and first:
-                    first = bool(parts) and (step.covers or w.startswith(parts[0]))
+                parts = cut(w, lead if i == 0 else 0)
+                if i == 0:
+                    lead = _lead_after(step, w, parts, lead)
                 out.extend(parts)
             words = out
         return words
+
+
+def _lead_after(step: PreTokenizer, piece: str, parts: List[str], lead: int) -> int:
+    """The lead of the first word ``step`` cut from ``piece``."""
+    if not lead or not parts:
+        return 0
+    if step.covers:
+        return lead
+    skipped = piece.find(parts[0])  # what a delimiter-dropping split left out in front
+    return max(0, lead - skipped) if skipped >= 0 else 0
 
 
 PRE_TOKENIZERS = {

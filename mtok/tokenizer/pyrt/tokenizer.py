@@ -11,13 +11,14 @@ and ByteLevel's byte mapping run only for words not seen before.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Dict, List, Optional, Sequence
 
 from .. import TokenizerError
 from .added_vocab import AddedToken, AddedVocabulary
 from .decoders import Decoder, decoder_from_json
-from .normalizers import normalizer_from_json
+from .normalizers import aligned_prefix, normalizer_from_json
 from .pre_tokenizers import pre_tokenizer_from_json
 from .processors import processor_from_json
 
@@ -128,10 +129,11 @@ class Tokenizer:
         tokens = [AddedToken.from_json(t) for t in config.get("added_tokens") or ()]
         self.added = AddedVocabulary(tokens, self.model, normalize)
         self._normalize = normalize
-        # Only Metaspace's prepend_scheme "first" asks whether a word starts the input.
-        self._keeps_start = None
+        # Only Metaspace's prepend_scheme "first" asks whether a word starts the input,
+        # which after normalization depends on the normalizer's alignments.
+        self._lead_of = None
         if self.pre_tokenizer is not None and self.pre_tokenizer.needs_first and self.normalizer is not None:
-            self._keeps_start = getattr(self.normalizer, "keeps_start", None)
+            self._lead_of = functools.partial(aligned_prefix, self.normalizer)
         self._split = self.pre_tokenizer.split if self.pre_tokenizer is not None else None
         self._transform = self.pre_tokenizer.transform if self.pre_tokenizer is not None else None
         self._cache: Dict[str, List[int]] = {}
@@ -167,11 +169,11 @@ class Tokenizer:
         ids: List[int] = []
         cache = self._cache
         split = self._split
-        for piece, tok_id, first in self.added.segments(text, self._normalize, self._keeps_start):
+        for piece, tok_id, lead in self.added.segments(text, self._normalize, self._lead_of):
             if tok_id is not None:
                 ids.append(tok_id)
                 continue
-            for word in split(piece, first) if split is not None else (piece,):
+            for word in split(piece, lead) if split is not None else (piece,):
                 hit = cache.get(word)
                 if hit is None:
                     hit = self._tokenize_word(word)
