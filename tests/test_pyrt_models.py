@@ -84,6 +84,27 @@ def test_scores_are_read_as_serde_json_reads_them():
     assert serde_f64("-5.129043102264404") == -5.129043102264404
     assert [serde_f64(t) for t in ("0", "-0.0", "1e-05", "1.5E3", "123")] == [0.0, -0.0, 1e-05, 1500.0, 123.0]
     assert serde_f64("1e-400") == 0.0
+    # beyond 20 digits serde_json ignores digits, and accepts a fraction digit that fits again
+    assert serde_f64("18446744073709551616.5") == 2.0**64
+    assert serde_f64("1.00000000000000000000001") == 1.0
+
+
+NUMBERS = [
+    "18446744073709551616.5", "1.00000000000000000000001", "-12.130167007446289", "123456789012345678901234.5",
+    "0.000000000000000000000000000123456789123456789", "1844674407370955161.5", "9.999999999999999e-310",
+    "2.2250738585072014e-308", "4.9e-324", "-0.1", "0.30000000000000004", "1e22", "1e23", "-3.4028234663852886e38",
+]
+
+
+def test_serde_f64_matches_tokenizers():
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = ",".join('["p%d", %s]' % (i, t) for i, t in enumerate(NUMBERS))
+    doc = ('{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,'
+           '"pre_tokenizer":null,"post_processor":null,"decoder":null,'
+           '"model":{"type":"Unigram","unk_id":0,"vocab":[%s]}}' % vocab)
+    # tokenizers writes its f64 values back in shortest round-trip form, which Python reads exactly
+    back = json.loads(tokenizers.Tokenizer.from_str(doc).to_str())["model"]["vocab"]
+    assert [v for _, v in back] == [serde_f64(t) for t in NUMBERS]
     with pytest.raises(TokenizerError):
         serde_f64("1e400")
     # ties between equal-scoring paths fall on those bits

@@ -161,32 +161,13 @@ def serde_f64(text: str) -> float:
     those bits.
     """
     s = text.strip()
-    i, n = 0, len(s)
     positive = s[:1] != "-"
-    if not positive:
-        i += 1
-    significand, exponent, long_integer = 0, 0, False
-    while i < n and "0" <= s[i] <= "9":
-        digit = ord(s[i]) - 48
-        if long_integer or significand * 10 + digit > _U64_MAX:
-            long_integer = True  # the remaining integer digits only scale
-            exponent += 1
-        else:
-            significand = significand * 10 + digit
-        i += 1
-    if i < n and s[i] == ".":
-        i += 1
-        while i < n and "0" <= s[i] <= "9":
-            digit = ord(s[i]) - 48
-            if significand * 10 + digit > _U64_MAX:  # ignore this and all further digits
-                while i < n and "0" <= s[i] <= "9":
-                    i += 1
-                break
-            significand = significand * 10 + digit
-            exponent -= 1
-            i += 1
-    if i < n and s[i] in "eE":
-        exponent += int(s[i + 1 :])
+    mantissa, _, exp_text = s.lower().partition("e")
+    whole, _, fraction = mantissa.lstrip("+-").partition(".")
+    significand = int(whole + fraction)
+    exponent = int(exp_text or 0) - len(fraction)
+    if significand > _U64_MAX:
+        significand, exponent = _long_significand(whole, fraction, int(exp_text or 0))
     value = float(significand)
     while value and exponent < -308:
         value /= 1e308
@@ -197,3 +178,21 @@ def serde_f64(text: str) -> float:
     if math.isinf(value):
         raise TokenizerError(f"number out of range: {text!r}")
     return value if positive else -value
+
+
+def _long_significand(whole: str, fraction: str, exponent: int) -> Tuple[int, int]:
+    """serde_json's u64 significand and decimal exponent for digits that overflow a u64."""
+    significand = 0
+    for k, ch in enumerate(whole):
+        digit = ord(ch) - 48
+        if significand * 10 + digit > _U64_MAX:  # the remaining integer digits only scale
+            exponent += len(whole) - k
+            break
+        significand = significand * 10 + digit
+    for ch in fraction:  # (after an overflow above, a small enough digit is still taken)
+        digit = ord(ch) - 48
+        if significand * 10 + digit > _U64_MAX:  # this and all further digits are ignored
+            break
+        significand = significand * 10 + digit
+        exponent -= 1
+    return significand, exponent
