@@ -31,6 +31,19 @@ CASES = [f"shared:{f}" for f in SHARED_FILES] + [f"family:{name}" for name in fa
 
 _loaded: Dict[str, Tuple[object, Tokenizer]] = {}
 
+# tokenizers 0.23 decodes an added token with normalized=True by its *normalized* form (and
+# id_to_token returns that form); earlier releases used its content.  mtok follows 0.23;
+# with an older library (0.22.2 is the newest for Python 3.9) those ids are left out of
+# the comparisons of decoded text.
+LEGACY_ADDED_DECODE = tuple(int(x) for x in tokenizers.__version__.split(".")[:2]) < (0, 23)
+
+
+def version_neutral(mine: Tokenizer, ids: List[int]) -> List[int]:
+    if not LEGACY_ADDED_DECODE:
+        return ids
+    renamed = {i for i, t in mine.get_added_tokens_decoder().items() if mine.id_to_token(i) != t.content}
+    return [i for i in ids if i not in renamed]
+
 
 def load(case: str):
     """(tokenizers.Tokenizer, pyrt.Tokenizer) for a case, loaded once per session."""
@@ -56,6 +69,7 @@ def assert_same_encoding(ref, mine, text: str) -> None:
 
 
 def assert_same_decoding(ref, mine, ids: List[int]) -> None:
+    ids = version_neutral(mine, ids)
     for skip in (True, False):
         try:
             expected = ref.decode(ids, skip_special_tokens=skip)
@@ -110,7 +124,7 @@ def test_vocabulary(case):
            for i, t in mine.get_added_tokens_decoder().items()}
     assert got == expected
     rng = random.Random(0)
-    for i in rng.sample(range(ref.get_vocab_size() + 3), 200) + sorted(expected):
+    for i in version_neutral(mine, rng.sample(range(ref.get_vocab_size() + 3), 200) + sorted(expected)):
         token = ref.id_to_token(i)
         assert mine.id_to_token(i) == token
         if token is not None:
