@@ -112,7 +112,7 @@ class CharSet:
             return "(?!)"
         bmp = [r for r in self.ranges if r[0] <= 0xFFFF]
         astral = [r for r in self.ranges if r[1] > 0xFFFF]
-        if len(astral) <= 4 or not bmp:
+        if len(astral) <= 16 or not bmp:  # each astral range costs every miss about as much
             return "[" + _class_body(self.ranges) + "]"
         if bmp[-1][1] > 0xFFFF:  # a range straddling the plane boundary
             lo = bmp[-1][0]
