@@ -11,6 +11,8 @@ from typing import List, Optional
 
 COMMANDS = {
     "tokenizer": ("mtok.bench.tokenizer", "tokenizer encode/decode throughput and load time"),
+    "load": ("mtok.bench.load", "drive a server with one workload: req/s, tokens/s, latencies, CPU/request"),
+    "sweep": ("mtok.bench.sweep", "throughput for N = 1, 2, 4, ... workers; the scaling curve as SVG"),
 }
 
 

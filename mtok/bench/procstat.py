@@ -1,0 +1,117 @@
+"""What a server costs the machine, read from ``/proc``: CPU time, memory, open files.
+
+A server is a tree of processes (mtok: the supervisor, the scheduler, the
+detokenizer, N workers; a uvicorn app: its supervisor, workers, an engine), so
+every figure is summed over a root process and all its live descendants.
+
+CPU time is ``utime + stime + cutime + cstime`` summed over the tree.  The
+difference of two samples is then exact even when processes come and go in
+between: a process born in the window counts in full, and one that died and was
+reaped moves its time into its parent's ``cutime``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _stat_fields(pid: int) -> Optional[List[str]]:
+    """The fields of /proc/<pid>/stat after the command name (field 3 onwards)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return raw[raw.rindex(b")") + 2:].decode().split()
+
+
+def parent_map() -> Dict[int, List[int]]:
+    """ppid -> the pids of its live children, for every process on the machine."""
+    children: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def parent_of(pid: int) -> Optional[int]:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
+
+
+def proc_available() -> bool:
+    return os.path.isfile("/proc/self/stat")
+
+
+@dataclass
+class TreeSample:
+    """One look at a process tree."""
+
+    pids: List[int]
+    cpu_s: float
+    rss_bytes: int
+    open_fds: int
+    threads: int
+
+
+class ProcessTree:
+    """A root pid and whatever descends from it, sampled on demand."""
+
+    def __init__(self, root: int):
+        self.root = root
+
+    def pids(self) -> List[int]:
+        if _stat_fields(self.root) is None:
+            return []
+        children = parent_map()
+        out, todo = [self.root], [self.root]
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                out.append(child)
+                todo.append(child)
+        return out
+
+    def cpu_seconds(self) -> float:
+        return sum(_cpu_ticks(pid) for pid in self.pids()) / CLK_TCK
+
+    def sample(self) -> TreeSample:
+        """CPU, resident memory, open file descriptors and threads of the whole tree."""
+        pids = self.pids()
+        ticks = rss = fds = threads = 0
+        for pid in pids:
+            ticks += _cpu_ticks(pid)
+            r, t = _rss_and_threads(pid)
+            rss += r
+            threads += t
+            fds += _open_fds(pid)
+        return TreeSample(pids, ticks / CLK_TCK, rss, fds, threads)
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = _stat_fields(pid)
+    if fields is None:
+        return 0
+    # utime, stime, cutime, cstime are fields 14-17 of stat; fields[0] is field 3
+    return sum(int(x) for x in fields[11:15])
+
+
+def _rss_and_threads(pid: int) -> Tuple[int, int]:
+    fields = _stat_fields(pid)
+    if fields is None:
+        return 0, 0
+    # num_threads is field 20, rss (in pages) field 24
+    return int(fields[21]) * PAGE_SIZE, int(fields[17])
+
+
+def _open_fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0  # gone, or not ours to look at

@@ -1,0 +1,165 @@
+"""What the load generator sends: prompts of an exact length, and the request bytes.
+
+Prompts are made with the server's own tokenizer so that "a 512-token prompt"
+is 512 tokens as the server counts them (special tokens included), or read
+from a JSONL file.  Every request is serialized once, before the clock starts.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+from .http_client import Target, build_request
+
+ENDPOINTS = {"generate": "/generate", "completions": "/v1/completions", "tokenize": "/tokenize"}
+MIXED = ("generate", "generate-stream", "completions", "completions-stream", "tokenize")
+
+
+@dataclass
+class Plan:
+    """One request, ready to send: its bytes and what it should cost."""
+
+    request: bytes
+    input_tokens: int
+    output_tokens: int
+    stream: bool
+
+
+@dataclass
+class Workload:
+    endpoint: str = "generate"  # a key of ENDPOINTS, or "mixed"
+    input_len: int = 128
+    output_len: int = 16
+    stream: bool = False
+    prompts_file: Optional[str] = None
+    concurrency: int = 16
+    rate: Optional[float] = None  # requests/s (Poisson arrivals) instead of a fixed concurrency
+    duration: Optional[float] = 10.0
+    requests: Optional[int] = None  # a request count instead of a duration
+    warmup: float = 1.0
+    clients: int = 0  # client processes; 0 = as many as fit
+    pool: int = 256  # distinct prompts
+    seed: int = 0
+    headers: Dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> Dict[str, Any]:
+        out = {k: v for k, v in vars(self).items() if k != "headers"}
+        out["endpoint_path"] = ENDPOINTS.get(self.endpoint, self.endpoint)
+        return out
+
+    def client_count(self, cpus: int) -> int:
+        if self.clients > 0:
+            return self.clients
+        if self.rate is not None:
+            return max(1, min(cpus, 4))
+        return max(1, min(self.concurrency, cpus, 4))
+
+
+class PromptMaker:
+    """Random text of an exact token count, from the tokenizer's own word-like tokens.
+
+    Random ids decode to text that may re-encode to a different number of
+    tokens (pieces merge across the seams); the text is trimmed or extended
+    until it encodes to exactly the length asked for.
+    """
+
+    def __init__(self, tokenizer: Any, seed: int = 0, sample: int = 4096):
+        self.tok = tokenizer
+        self.rnd = random.Random(seed)
+        n = tokenizer.vocab_size
+        candidates = self.rnd.sample(range(n), min(n, sample))
+        self.words = [i for i in candidates if self._wordlike(i)]
+        if len(self.words) < 16:
+            raise ValueError("this tokenizer has too few plain-text tokens to make prompts from")
+        self.specials = len(tokenizer.encode("hello")) - len(tokenizer.encode("hello", add_special_tokens=False))
+
+    def _wordlike(self, token_id: int) -> bool:
+        if token_id in self.tok.added_token_ids:
+            return False
+        text = self.tok.decode([token_id])
+        stripped = text.strip()
+        return (len(stripped) >= 2 and stripped.isalnum() and stripped.isascii()
+                and self.tok.encode(text, add_special_tokens=False) == [token_id])
+
+    def _random_text(self, n: int) -> str:
+        return self.tok.decode([self.rnd.choice(self.words) for _ in range(max(1, n))])
+
+    def make(self, n_tokens: int) -> str:
+        """Text that the server will count as ``n_tokens`` tokens (or as close as the tokenizer allows)."""
+        want = max(1, n_tokens - self.specials)
+        text = self._random_text(want)
+        for _ in range(64):
+            ids = self.tok.encode(text, add_special_tokens=False)
+            if len(ids) == want:
+                return text
+            if len(ids) > want:
+                text = self.tok.decode(ids[:want])
+            else:
+                text += self._random_text(want - len(ids))
+        return text  # within a token or two; the server reports the real count
+
+
+def read_prompts(path: str) -> List[Dict[str, Any]]:
+    """A JSONL file: each line a string, or an object with "prompt" (or "text") and
+    optionally "output_len" (or "max_tokens")."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            item = json.loads(line)
+            if isinstance(item, str):
+                item = {"prompt": item}
+            prompt = item.get("prompt", item.get("text")) if isinstance(item, dict) else None
+            if not isinstance(prompt, str):
+                raise ValueError(f"{path}:{n}: expected a string or an object with a 'prompt' string")
+            out.append({"prompt": prompt, "output_len": item.get("output_len", item.get("max_tokens"))})
+    if not out:
+        raise ValueError(f"{path}: no prompts")
+    return out
+
+
+def request_body(kind: str, prompt: str, output_len: int, stream: bool) -> Dict[str, Any]:
+    """The JSON body of one request, in the shape each endpoint takes."""
+    if kind == "generate":
+        body: Dict[str, Any] = {"text": prompt, "sampling_params": {"max_new_tokens": output_len, "ignore_eos": True}}
+        if stream:
+            body["stream"] = True
+        return body
+    if kind == "completions":
+        body = {"prompt": prompt, "max_tokens": output_len, "ignore_eos": True}
+        if stream:
+            body.update(stream=True, stream_options={"include_usage": True})
+        return body
+    if kind == "tokenize":
+        return {"prompt": prompt}
+    raise ValueError(f"unknown endpoint {kind!r}; choose from {', '.join(ENDPOINTS)} or mixed")
+
+
+def build_plans(workload: Workload, tokenizer: Any, target: Target) -> List[Plan]:
+    """The pool of requests the clients cycle through."""
+    if workload.prompts_file:
+        items = read_prompts(workload.prompts_file)
+        counts = [len(ids) for ids in tokenizer.encode_batch([i["prompt"] for i in items])]
+    else:
+        maker = PromptMaker(tokenizer, workload.seed)
+        items = [{"prompt": maker.make(workload.input_len), "output_len": None} for _ in range(workload.pool)]
+        counts = [workload.input_len] * len(items)
+    kinds = _kinds(workload)
+    plans = []
+    for i, (item, n_in) in enumerate(zip(items, counts)):
+        kind, stream = kinds[i % len(kinds)]
+        n_out = item["output_len"] or workload.output_len
+        body = json.dumps(request_body(kind, item["prompt"], n_out, stream)).encode()
+        plans.append(Plan(build_request(target, ENDPOINTS[kind], body, workload.headers), n_in,
+                          0 if kind == "tokenize" else n_out, stream))
+    return plans
+
+
+def _kinds(workload: Workload) -> Sequence[tuple]:
+    if workload.endpoint != "mixed":
+        return [(workload.endpoint, workload.stream and workload.endpoint != "tokenize")]
+    return [(k.split("-")[0], k.endswith("-stream")) for k in MIXED]
