@@ -24,6 +24,8 @@ import tokenizer_families as families  # noqa: E402
 from mtok.tokenizer import TokenizerError  # noqa: E402
 from mtok.tokenizer.pyrt import Tokenizer  # noqa: E402
 
+pytestmark = pytest.mark.fast
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 SHARED_FILES = sorted(f for f in os.listdir(SHARED) if f.endswith(".json")) if os.path.isdir(SHARED) else []
