@@ -38,7 +38,7 @@ MISC = [
     r"\p{N}{1,3}", r"[一-龥\u3040-ゟ゠-ヿ]+", r"\w+|[^\w\s]+", r"\s+", r" {2,}", r"\d+(?:[.,]\d+)*", r"\b\w", r"\w\b",
     r"(?i)[a-z]+", r"(?i:hello|straße|ﬁ)", r"\R", r"[[:punct:]]+", r"[[:alpha:]&&[^aeiou]]+".replace("alpha", "lower"),
     r"(?<=\n)[^\n]*", r"(?<!\s)\s", r"(?>a+|b)+c", r"x*+y|x", r"\h+", r"^\s+|\s+$", r"\A\s+|\s+\z|\n\Z",
-    r"a{2}?b|a{1,2}+", r"[\x{4e00}-\x{9fff}]|\u00e9|\x41|\101", r"(?x) \p{Lu} \p{Ll}+  # a word",
+    r"a{2}?b|a{1,2}+", r"a{3,2}a?|x{4,1}?", r"[\x{4e00}-\x{9fff}]|\u00e9|\x41|\101", r"(?x) \p{Lu} \p{Ll}+  # a word",
     r"(?m:.)+", r".+", r"\N+\O", r"(a|b)\1", r"(?<q>['\"]).*?\k<q>", r"[^\P{L}\p{Lu}]+", r"\p{^N}+",
 ]
 PATTERNS = [GPT2, CL100K, CL100K_POSSESSIVE, QWEN2, O200K, DEEPSEEK, BLOOM] + MISC
@@ -104,6 +104,9 @@ def test_ruby_quantifier_syntax():
     assert _spans(r"a{,2}", "aaa") == ["aa", "a"]
     assert _spans(r"x{,}y{", "x{,}y{") == ["x{,}y{"]
     assert _spans(r"a**", "aa") == ["aa"]
+    assert _spans(r"a{3,2}", "aa aaaa") == ["aa", "aaa"]  # {n,m} with n > m: a possessive {m,n}
+    assert _spans(r"a{3,2}a", "aaaa") == ["aaaa"]
+    assert _spans(r"a{3,2}?", "aaaa") == ["aaa", ""]
 
 
 @pytest.mark.parametrize("native", NATIVE_CHOICES)
@@ -116,6 +119,8 @@ def test_possessive_and_atomic(native):
     assert _spans(r"(?:ab)*+b", "ababb abab", native) == ["ababb", "b", "b"]
     assert _spans(r"(?:ab|a)++b", "abab aab", native) == []
     assert _spans(r"[^\r\n\p{L}\p{N}]?+\p{L}+", "!ab", native) == ["!ab"]
+    assert _spans(r"a{3,1}a", "a aa aaa aaaa", native) == ["aaaa"]
+    assert _spans(r"(?:ab){3,1}b", "abb ababb", native) == ["abb", "ababb"]
 
 
 def test_emulated_atomic_uses_no_python_311_syntax():
@@ -187,7 +192,7 @@ def test_unsupported_constructs_raise_at_compile_time(pattern):
     assert pattern[:3] in str(info.value) or "not supported" in str(info.value)
 
 
-@pytest.mark.parametrize("pattern", ["(ab", "ab)", "[ab", "*a", "a{3,2}", r"\p{L", "(?s)a", "[b-a]", r"[\d-z]"])
+@pytest.mark.parametrize("pattern", ["(ab", "ab)", "[ab", "*a", r"\8", r"\p{L", "(?s)a", "[b-a]", r"[\d-z]"])
 def test_invalid_patterns_raise(pattern):
     with pytest.raises(OnigError):
         compile_onig(pattern)

@@ -216,10 +216,15 @@ class _Emitter:
         greedy = self.emit_repeat(Repeat(node.body, node.lo, node.hi))[0]
         if not _matches_one_char(node.body):
             return self.atomic(greedy)
-        # Around one character, giving nothing back just means no such character follows.
-        if (node.lo, node.hi) == (0, 1):
-            return "(?:%s|(?!%s))" % (body, body), "atom"
-        return "%s(?!%s)" % (greedy, body), "seq"
+        # Around one character, giving nothing back means: no such character follows,
+        # unless the upper bound stopped the run.
+        if node.hi is None:
+            return "%s(?!%s)" % (greedy, body), "seq"
+        if node.hi == node.lo:
+            return greedy, "seq"
+        full = self.emit_repeat(Repeat(node.body, node.hi, node.hi))[0]
+        short = self.emit_repeat(Repeat(node.body, node.lo, node.hi - 1))[0]
+        return "(?:%s|%s(?!%s))" % (full, short, body), "atom"
 
     def emit_anchor(self, node: Anchor) -> Frag:
         if node.kind in "bB":

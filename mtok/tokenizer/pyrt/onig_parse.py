@@ -4,7 +4,7 @@ The tree is what :mod:`.onig` emits as a Python ``re`` pattern.  Everything whos
 meaning differs between the two engines is resolved here: character classes become
 explicit code point sets (case folding included), ``(?i)`` runs to the end of its
 group, ``{n,m}+`` is a repeat of a repeat (Ruby syntax has no possessive intervals)
-and ``{n}?`` is an optional ``{n}``.
+``{n}?`` is an optional ``{n}`` and ``{n,m}`` with ``n > m`` a possessive ``{m,n}``.
 """
 
 from __future__ import annotations
@@ -118,7 +118,9 @@ class Parser:
             elif c == "{" and self.interval() is not None:
                 lo, hi, exact, end = self.interval()
                 self.i = end
-                if self.peek() == "?":
+                if hi is not None and hi < lo:  # Ruby syntax: {n,m} with n > m is a possessive {m,n}
+                    atom = self._repeat(atom, hi, lo, "possessive")
+                elif self.peek() == "?":
                     self.i += 1
                     if exact:  # Ruby syntax: {n}? is an optional {n}, not a lazy one
                         atom = self._repeat(self._repeat(atom, lo, hi, "greedy"), 0, 1, "greedy")
@@ -141,8 +143,6 @@ class Parser:
             return None
         lo = int(m.group(1) or 0)
         hi = (int(m.group(3)) if m.group(3) else None) if m.group(2) else lo
-        if hi is not None and hi < lo:
-            raise self.error("upper bound must be greater than lower bound")
         return lo, hi, not m.group(2), m.end()
 
     # -- atoms --
@@ -248,6 +248,8 @@ class Parser:
             return self.named_backref()
         if c in "123456789" and self._captures_exist:
             return self.numbered_backref()
+        if c in "89":
+            raise self.error("invalid backref number/name")
         if c in _UNSUPPORTED_ESCAPES:
             raise OnigUnsupported(f"{_UNSUPPORTED_ESCAPES[c]} in {self.p!r} is not supported")
         return self.literal(self.char_escape(), flags)
