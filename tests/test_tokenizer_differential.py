@@ -54,6 +54,8 @@ def load(case: str):
         if kind == "shared":
             with open(os.path.join(SHARED, name), encoding="utf-8") as f:
                 text = f.read()
+        elif kind == "shape":
+            text = shape_json(name)
         else:
             text = families.trained(name)
         _loaded[case] = (tokenizers.Tokenizer.from_str(text), Tokenizer.from_str(text))
@@ -294,3 +296,60 @@ def test_metaspace_first_follows_alignment(normalizer, pre_tokenizer):
     ref, mine = tokenizers.Tokenizer.from_str(text), Tokenizer.from_str(text)
     for t in ["  hello world", "hello world", "hhello", "xhello", "!hello", "<t>hello", " <t> hello", "x", ""]:
         assert mine.encode(t) == ref.encode(t).ids, t
+
+
+def _split(regex: str, behavior: str = "Isolated") -> dict:
+    return {"type": "Split", "pattern": {"Regex": regex}, "behavior": behavior, "invert": False}
+
+
+_BYTES = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+_CONTRACTIONS = "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+# Pipelines of well-known published tokenizers (their split regexes and component chains),
+# run on a byte-level BPE trained here, so that they need no download.
+SHAPES = {
+    "llama3": (None, {"type": "Sequence", "pretokenizers": [_split(
+        _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+        _BYTES]}),
+    "qwen2": ({"type": "NFC"}, {"type": "Sequence", "pretokenizers": [_split(
+        _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+        _BYTES]}),
+    "o200k": (None, {"type": "Sequence", "pretokenizers": [_split(
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+" + _CONTRACTIONS + "?"
+        r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + _CONTRACTIONS + "?"
+        r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"), _BYTES]}),
+    "deepseek": (None, {"type": "Sequence", "pretokenizers": [
+        _split(r"\p{N}{1,3}"), _split("[一-龥\u3040-ゟ゠-ヿ]+"),
+        _split(r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+               r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"), _BYTES]}),
+    "bloom": (None, {"type": "Sequence", "pretokenizers": [
+        _split(" ?[^(\\s|[.,!?…。，、।۔،])]+"), _BYTES]}),
+    "falcon": (None, {"type": "Sequence", "pretokenizers": [
+        {"type": "Punctuation", "behavior": "Contiguous"},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        {"type": "Digits", "individual_digits": False}, _split("[0-9][0-9][0-9]")]}),
+    "starcoder": (None, {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}),
+}  # fmt: skip
+
+
+def shape_json(shape: str) -> str:
+    normalizer, pre_tokenizer = SHAPES[shape]
+    config = json.loads(families.trained("bytelevel_bpe"))
+    config.update(normalizer=normalizer, pre_tokenizer=pre_tokenizer)
+    config["model"]["ignore_merges"] = shape == "llama3"
+    return json.dumps(config)
+
+
+SHAPE_CASES = [f"shape:{name}" for name in sorted(SHAPES)]
+
+
+@pytest.mark.parametrize("case", SHAPE_CASES)
+def test_published_pipeline_shapes(case):
+    ref, mine = load(case)
+    rng = random.Random(case)
+    texts = families.corpus_with_tokens(added_contents(ref))
+    texts += ["".join(rng.choice(t) for _ in range(rng.randint(1, 60))) for t in texts if t]
+    for t in texts:
+        assert_same_encoding(ref, mine, t)
+        assert_same_decoding(ref, mine, ref.encode(t).ids)

@@ -12,7 +12,9 @@ import pytest
 tokenizers = pytest.importorskip("tokenizers")
 
 import tokenizer_families as families  # noqa: E402
-from test_tokenizer_differential import CASES, added_contents, assert_same_decoding, assert_same_encoding, load  # noqa: E402
+from test_tokenizer_differential import (  # noqa: E402
+    CASES, SHAPE_CASES, added_contents, assert_same_decoding, assert_same_encoding, load,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +39,7 @@ FUZZ_PIECES = (
 )
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + SHAPE_CASES)
 def test_fuzz(case):
     ref, mine = load(case)
     rng = random.Random(f"fuzz:{case}")
