@@ -35,7 +35,7 @@ def _random_text(rng: random.Random, pool: List[str], contents: List[str]) -> st
 FUZZ_PIECES = (
     list("abc XYZ  \t\n\r'\"-_.,;:!?()[]{}<>/\\|@#$%^&*+=~`0123456789ÀéïõüßñçÆØ\u3000\xa0\x85\u2028\ufeff\x00\x1c")
     + ["\r\n", "  ", "   ", "\n\n", "'s", "'ll", "'S", "e\u0301", "👍🏽", "👨\u200d👩\u200d👧", "🇫🇷", "\u2581", "Ġ"]
-    + [w for s in families.SCRIPTS for w in s.split()[:4]]
+    + [w for s in map(families.known_to_python, families.SCRIPTS) for w in s.split()[:4]]
 )
 
 
