@@ -1,0 +1,191 @@
+"""Every ``python -m mtok.bench`` sub-command, briefly, so the tool cannot rot.
+
+Each test runs a sub-command as a user would, for a second or two, and checks
+the JSON it writes: the expected fields, requests answered, no errors.  No test
+asserts a timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Dict, List
+
+import pytest
+
+from conftest import ROOT, Server
+from mtok.bench.http_client import Connection, Target
+from mtok.bench.svg import Chart, nice_ceiling
+
+SHORT = ["--duration", "1", "--warmup", "0.3", "--quiet", "--clients", "1"]
+LOAD_FIELDS = {"requests", "errors", "requests_per_s", "input_tokens_per_s", "output_tokens_per_s", "ttft_ms",
+               "itl_ms", "e2e_ms", "server_cpu_s", "server_cpu_ms_per_request", "client_cpu_ms_per_request"}
+
+
+def bench(tmp_path, *args: str, timeout: float = 60) -> Dict[str, Any]:
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-m", "mtok.bench", *args, "--json", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["machine"]["nproc"] >= 1 and doc["machine"]["python"]
+    return doc
+
+
+def check_load(result: Dict[str, Any], streamed: bool = False) -> None:
+    assert LOAD_FIELDS <= set(result), LOAD_FIELDS - set(result)
+    assert result["errors"] == 0, result["error_samples"]
+    assert result["requests"] > 0 and result["requests_per_s"] > 0
+    assert set(result["e2e_ms"]) == {"mean", "p50", "p90", "p99"}
+    assert result["server_cpu_s"] is not None and result["server_cpu_s"] >= 0
+    if streamed:
+        assert result["ttft_ms"] is not None and result["output_tokens_per_s"] > 0
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = Server("--tokenizer-worker-num", "2")
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.fast
+def test_load_against_a_running_server_streams_and_finds_its_pid(tmp_path, server):
+    doc = bench(tmp_path, "load", "--url", f"http://{server.host}:{server.port}", "--endpoint", "completions",
+                "--stream", "--input-len", "16", "--output-len", "8", "--concurrency", "4", *SHORT)
+    result = doc["results"]
+    check_load(result, streamed=True)
+    assert result["server"]["root_pid"] == server.pid  # the supervisor, found through a worker
+    assert result["mean_input_tokens"] == 16 and result["mean_output_tokens"] == 8
+
+
+@pytest.mark.fast
+def test_load_by_count_and_rate_mixed(tmp_path, server):
+    doc = bench(tmp_path, "load", "--url", f"http://{server.host}:{server.port}", "--endpoint", "mixed",
+                "--requests", "60", "--rate", "200", "--input-len", "8", "--output-len", "4", *SHORT)
+    result = doc["results"]
+    check_load(result)
+    assert result["requests"] == 60
+
+
+def test_load_starts_its_own_server(tmp_path):
+    doc = bench(tmp_path, "load", "--endpoint", "tokenize", "--input-len", "32", "--concurrency", "2", *SHORT)
+    check_load(doc["results"])
+    assert doc["results"]["server"]["kind"] == "mtok"
+
+
+def test_sweep_draws_the_curve(tmp_path):
+    svg = tmp_path / "curve.svg"
+    doc = bench(tmp_path, "sweep", "--workers-list", "1,2", "--input-len", "16", "--output-len", "1",
+                "--concurrency", "4", "--svg", str(svg), *SHORT)
+    rows = doc["results"]
+    assert [r["workers"] for r in rows] == [1, 2]
+    for r in rows:
+        check_load(r)
+    assert rows[1]["speedup"] is not None
+    text = svg.read_text()
+    assert text.startswith("<svg") and text.count("<polyline") == 2  # the curve and the linear line
+
+
+@pytest.mark.fast
+def test_transport(tmp_path):
+    doc = bench(tmp_path, "transport", "--prompt-tokens", "16", "--round-trips", "100", "--messages", "500")
+    rows = doc["results"]
+    assert rows[0]["transport"] == "mtok.ipc"
+    for r in rows:
+        assert r["received"] == 500 and r["messages_per_s"] > 0 and r["hop_us"]["p50"] > 0
+
+
+def test_soak_samples_the_server(tmp_path):
+    doc = bench(tmp_path, "soak", "--interval", "0.5", "--input-len", "8", "--output-len", "4", "--concurrency", "4",
+                *SHORT)
+    result = doc["results"]
+    check_load(result["load"])
+    assert len(result["samples"]) >= 2
+    sample = result["samples"][-1]
+    assert sample["rss_mb"] > 0 and sample["open_fds"] > 0 and sample["processes"] >= 3
+
+
+def test_detok(tmp_path):
+    doc = bench(tmp_path, "detok", "--tokens", "256", "--streams", "1,4", "--repeat", "1", "--backend", "python")
+    rows = doc["results"]
+    assert [r["streams"] for r in rows] == [1, 4]
+    assert all(r["same_text"] and r["stream_ms"] > 0 and r["one_shot_ms"] > 0 for r in rows)
+
+
+def peer_python() -> str:
+    """An interpreter with the peer's packages: this one, or $MTOK_PEER_PYTHON."""
+    python = os.environ.get("MTOK_PEER_PYTHON", sys.executable)
+    probe = "import fastapi, uvicorn, tokenizers, zmq"
+    if subprocess.run([python, "-c", probe], capture_output=True).returncode != 0:
+        pytest.skip(f"the FastAPI peer's packages (benchmarks/peers/requirements.txt) are not installed for {python}; "
+                    "set MTOK_PEER_PYTHON to an interpreter that has them")
+    return python
+
+
+def test_compare_with_the_fastapi_peer(tmp_path):
+    python = peer_python()
+    doc = bench(tmp_path, "compare", "--python", python, "--rounds", "1", "--input-len", "16", "--output-len", "4",
+                "--concurrency", "4", *SHORT)
+    result = doc["results"]
+    for side in ("mtok", "fastapi"):
+        check_load(result[side])
+    assert result["ratio"]["requests_per_s"] > 0
+
+
+def test_compare_says_why_it_skips_a_missing_peer(tmp_path):
+    """An interpreter without the peer's packages: compare says so and exits 0."""
+    lacking = [sys.executable, "-S"]  # -S: no site-packages, so no fastapi
+    probe = subprocess.run([*lacking, "-c", "import fastapi"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("fastapi is importable even without site-packages")
+    wrapper = tmp_path / "python-without-site"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    wrapper.chmod(0o755)
+    doc = bench(tmp_path, "compare", "--python", str(wrapper), "--rounds", "1", *SHORT)
+    assert "fastapi" in doc["results"]["skipped"]
+
+
+@pytest.mark.fast
+def test_tokenizer_command_still_dispatches():
+    proc = subprocess.run([sys.executable, "-m", "mtok.bench"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    names: List[str] = [line.split()[0] for line in proc.stdout.splitlines()[3:] if line.strip()]
+    assert {"tokenizer", "load", "sweep", "transport", "soak", "compare", "detok"} <= set(names)
+
+
+# -- pieces, without a server ---------------------------------------------------------
+
+@pytest.mark.fast
+def test_the_client_reads_chunked_events_split_anywhere():
+    """Feed a chunked SSE response to the parser in every possible two-piece split."""
+    body = b'data: {"a": 1}\n\n', b'data: {"usage": {"prompt_tokens": 3, "completion_tokens": 2}}\n\n', b"data: [DONE]\n\n"
+    raw = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    raw += b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in body) + b"0\r\n\r\n"
+    for cut in range(1, len(raw)):
+        conn = Connection.__new__(Connection)  # the parser alone, without a socket
+        conn.buf, conn.busy = bytearray(raw[:cut]), True
+        conn._reset()
+        assert conn._parse(1.0) is None
+        conn.buf += raw[cut:]
+        resp = conn._parse(2.0)
+        assert resp is not None and resp.status == 200, cut
+        assert len(resp.events) == 2 and b'"completion_tokens": 2' in resp.body
+
+
+@pytest.mark.fast
+def test_chart_and_scale():
+    assert [nice_ceiling(v) for v in (0.7, 3, 42, 1000, 1001)] == [1, 5, 50, 1000, 2000]
+    chart = Chart("t <&>", "x", "y")
+    chart.add("a", [(1, 10.0), (2, 19.0)])
+    svg = chart.render()
+    assert "t &lt;&amp;&gt;" in svg and svg.count("<circle") == 2
+
+
+def test_target_parsing():
+    assert Target.from_url("http://127.0.0.1:8000").port == 8000
+    assert Target.from_url("[::1]:9").host == "::1"
+    with pytest.raises(ValueError):
+        Target.from_url("https://example.invalid")
