@@ -353,3 +353,19 @@ def test_published_pipeline_shapes(case):
     for t in texts:
         assert_same_encoding(ref, mine, t)
         assert_same_decoding(ref, mine, ref.encode(t).ids)
+
+
+@pytest.mark.parametrize("name", [None] + SHARED_FILES)
+def test_backends_agree_through_mtok_interface(name):
+    from mtok.tokenizer import load_tokenizer
+
+    path = os.path.join(SHARED, name) if name else None
+    hf, py = load_tokenizer(path, backend="hf"), load_tokenizer(path, backend="python")
+    facts = ("vocab_size", "added_token_ids", "special_ids", "eos_token_ids", "bos_token_id")
+    assert [getattr(py, f) for f in facts] == [getattr(hf, f) for f in facts]
+    texts = families.corpus_with_tokens(added_contents(hf._tok))
+    ids = hf.encode_batch(texts)
+    assert py.encode_batch(texts) == ids
+    for skip in (True, False):
+        for spaces in (True, False):
+            assert py.decode_batch(ids, skip, spaces) == hf.decode_batch(ids, skip, spaces)
