@@ -7,18 +7,12 @@ from typing import Dict, List, Optional
 from .. import TokenizerError
 
 
-class WordLevel:
-    def __init__(self, vocab: Dict[str, int], unk_token: str = "<unk>"):
+class DictVocab:
+    """A vocabulary given as token -> id, with the lookups every model offers."""
+
+    def __init__(self, vocab: Dict[str, int]):
         self.vocab = vocab
         self.vocab_r = {i: t for t, i in vocab.items()}
-        self.unk_token = unk_token
-
-    @classmethod
-    def from_json(cls, d: dict) -> "WordLevel":
-        vocab = d.get("vocab")
-        if not isinstance(vocab, dict):
-            raise TokenizerError("WordLevel: vocab must be an object of token -> id")
-        return cls({str(t): int(i) for t, i in vocab.items()}, str(d.get("unk_token", "<unk>")))
 
     def get_vocab_size(self) -> int:
         return len(self.vocab)
@@ -28,6 +22,23 @@ class WordLevel:
 
     def token_to_id(self, token: str) -> Optional[int]:
         return self.vocab.get(token)
+
+
+def read_vocab(d: dict, model: str) -> Dict[str, int]:
+    vocab = d.get("vocab")
+    if not isinstance(vocab, dict):
+        raise TokenizerError(f"{model}: vocab must be an object of token -> id")
+    return {str(t): int(i) for t, i in vocab.items()}
+
+
+class WordLevel(DictVocab):
+    def __init__(self, vocab: Dict[str, int], unk_token: str = "<unk>"):
+        super().__init__(vocab)
+        self.unk_token = unk_token
+
+    @classmethod
+    def from_json(cls, d: dict) -> "WordLevel":
+        return cls(read_vocab(d, "WordLevel"), str(d.get("unk_token", "<unk>")))
 
     def tokenize(self, word: str) -> List[int]:
         i = self.vocab.get(word)

@@ -8,12 +8,13 @@ unknown token.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from .. import TokenizerError
+from .wordlevel import DictVocab, read_vocab
 
 
-class WordPiece:
+class WordPiece(DictVocab):
     def __init__(
         self,
         vocab: Dict[str, int],
@@ -21,8 +22,7 @@ class WordPiece:
         continuing_subword_prefix: str = "##",
         max_input_chars_per_word: int = 100,
     ):
-        self.vocab = vocab
-        self.vocab_r = {i: t for t, i in vocab.items()}
+        super().__init__(vocab)
         self.unk_token = unk_token
         self.prefix = continuing_subword_prefix
         self.max_input_chars_per_word = max_input_chars_per_word
@@ -34,24 +34,12 @@ class WordPiece:
 
     @classmethod
     def from_json(cls, d: dict) -> "WordPiece":
-        vocab = d.get("vocab")
-        if not isinstance(vocab, dict):
-            raise TokenizerError("WordPiece: vocab must be an object of token -> id")
         return cls(
-            {str(t): int(i) for t, i in vocab.items()},
+            read_vocab(d, "WordPiece"),
             str(d.get("unk_token", "[UNK]")),
             str(d.get("continuing_subword_prefix", "##")),
             int(d.get("max_input_chars_per_word", 100)),
         )
-
-    def get_vocab_size(self) -> int:
-        return len(self.vocab)
-
-    def id_to_token(self, i: int) -> Optional[str]:
-        return self.vocab_r.get(i)
-
-    def token_to_id(self, token: str) -> Optional[int]:
-        return self.vocab.get(token)
 
     def tokenize(self, word: str) -> List[int]:
         n = len(word)
