@@ -177,7 +177,7 @@ def _hf_unigram(d):
 
 
 def _hf_wordpiece(d):
-    from tokenizers import models
+    models = pytest.importorskip("tokenizers.models")
 
     return _hf_model_tokenizer(models.WordPiece(d["vocab"], unk_token=d["unk_token"],
                                                 max_input_chars_per_word=d["max_input_chars_per_word"]))
@@ -204,8 +204,7 @@ def test_trained_wordpiece_and_wordlevel(trained):
     for limit in (3, 10):
         d2 = dict(d, max_input_chars_per_word=limit)
         _check(WordPiece.from_json(d2), _hf_wordpiece(d2), WORDS)
-    from tokenizers import models
-
+    models = pytest.importorskip("tokenizers.models")
     d = trained["wordlevel"]
     _check(WordLevel.from_json(d), _hf_model_tokenizer(models.WordLevel(d["vocab"], unk_token=d["unk_token"])), WORDS)
 
