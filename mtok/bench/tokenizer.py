@@ -6,8 +6,9 @@ For each ``tokenizer.json`` (default: mtok's built-in one and every file in
 ``../shared/tokenizers`` when that folder exists) it reports the load time, and
 encode and decode throughput over single calls on ~2 KB documents of natural
 text, one thread: encode with the word cache cold (a fresh load) and warmed on
-*other* documents than those measured.  The text is the docstrings of the
-running Python's standard library (PSF License), read from its sources.
+*other* documents than those measured (``--warm`` of them, the way earlier
+traffic warms a server).  The text is the docstrings of the running Python's
+standard library (PSF License), read from its sources.
 
 Only the standard library is needed; ``tokenizers`` and ``tiktoken`` are
 measured when importable.
@@ -25,6 +26,8 @@ import sysconfig
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from . import report
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -40,10 +43,12 @@ Decode = Callable[[List[int]], str]
 def stdlib_docstrings(lib_dir: Optional[str] = None) -> List[str]:
     """Docstrings of the standard library's modules, classes and functions, in file order."""
     lib_dir = lib_dir or sysconfig.get_paths()["stdlib"]
+    paths = []
+    for dirpath, dirnames, filenames in os.walk(lib_dir):
+        dirnames[:] = sorted(d for d in dirnames if d not in ("test", "tests", "idle_test", "site-packages"))
+        paths += [os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith(".py")]
     out: List[str] = []
-    for path in sorted(glob.glob(os.path.join(lib_dir, "*.py")) + glob.glob(os.path.join(lib_dir, "*", "*.py"))):
-        if os.sep + "test" in path[len(lib_dir):] or "site-packages" in path:
-            continue
+    for path in paths:
         try:
             with open(path, encoding="utf-8") as f:
                 tree = ast.parse(f.read())
@@ -52,14 +57,14 @@ def stdlib_docstrings(lib_dir: Optional[str] = None) -> List[str]:
         for node in ast.walk(tree):
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 doc = ast.get_docstring(node)
-                if doc and len(doc) > 80:
+                if doc:
                     out.append(doc)
     return out
 
 
-def documents(count: int, size: int = DOC_SIZE) -> Tuple[List[str], List[str]]:
-    """``count`` documents to measure, from the first modules in alphabetical order, and
-    ``count`` to warm caches with, from the last ones: different text on the same subject."""
+def documents(count: int, warm: int, size: int = DOC_SIZE) -> Tuple[List[str], List[str]]:
+    """``count`` documents to measure, spread over the whole library, and up to ``warm``
+    *other* documents to warm caches with, as a server's earlier traffic would."""
     docs: List[str] = []
     current = ""
     for text in stdlib_docstrings():
@@ -69,7 +74,9 @@ def documents(count: int, size: int = DOC_SIZE) -> Tuple[List[str], List[str]]:
             current = ""
     if len(docs) < 2 * count:
         raise SystemExit(f"only {len(docs)} documents in this Python's stdlib; ask for at most {len(docs) // 2}")
-    return docs[:count], docs[-count:]
+    step = len(docs) // count
+    measured = set(range(0, step * count, step))
+    return [docs[i] for i in sorted(measured)], [d for i, d in enumerate(docs) if i not in measured][:warm]
 
 
 # -- backends ------------------------------------------------------------------------
@@ -174,48 +181,42 @@ def default_files() -> List[str]:
 
 
 COLUMNS = [
-    ("file", "{:<22}"), ("backend", "{:<10}"), ("load_s", "{:>7.3f}"), ("encode_cold_mb_s", "{:>9.2f}"),
-    ("encode_warm_mb_s", "{:>9.2f}"), ("encode_warm_tokens_s", "{:>10,}"), ("decode_mb_s", "{:>9.2f}"),
-    ("decode_tokens_s", "{:>11,}"), ("vs_tokenizers", "{:>8}"),
+    ("file", "file"), ("backend", "backend"), ("load s", "load_s"), ("enc cold MB/s", "encode_cold_mb_s"),
+    ("enc warm MB/s", "encode_warm_mb_s"), ("enc tokens/s", "encode_warm_tokens_s"), ("dec MB/s", "decode_mb_s"),
+    ("dec tokens/s", "decode_tokens_s"), ("vs tokenizers", "vs_tokenizers"), ("note", "note"),
 ]
-HEADER = "file                   backend     load s   enc cold  enc warm   tokens/s   dec MB/s  dec tok/s  vs hf"
 
 
-def run(files: List[str], count: int, repeat: int, out=sys.stdout) -> List[Dict]:
-    docs, warm = documents(count)
+def run(files: List[str], count: int, warm_count: int, repeat: int) -> List[Dict]:
+    docs, warm = documents(count, warm_count)
     nbytes = sum(len(d.encode("utf-8")) for d in docs)
-    print(f"{len(docs)} documents of ~{DOC_SIZE} characters ({nbytes / 1e6:.2f} MB) of stdlib docstrings; "
-          f"encode MB/s cold and warmed on {len(warm)} other documents; best of {repeat}", file=out)
-    print(HEADER, file=out)
+    print(f"{len(docs)} documents of ~{DOC_SIZE} characters ({nbytes / 1e6:.2f} MB) of stdlib docstrings, one "
+          f"encode/decode call each; encode cold and warmed on {len(warm)} other documents; best of {repeat}")
     rows: List[Dict] = []
     have_hf = available("tokenizers")
     for path in files:
+        name = os.path.basename(path)
+        print(f"  {name} ...", file=sys.stderr, flush=True)
         try:
             mine = measure(lambda: MtokBackend(path), docs, warm, repeat)
         except Exception as e:  # report the file and go on with the others
-            print(f"{os.path.basename(path):<22} mtok       cannot run it: {type(e).__name__}: {e}", file=out)
+            rows.append({"file": name, "backend": "mtok", "note": f"cannot run it: {type(e).__name__}: {e}"})
             continue
-        group = [mine]
+        rows.append(mine)
         if have_hf:
             hf = measure(lambda: HFBackend(path), docs, warm, repeat)
-            mine["vs_tokenizers"] = f"{hf['encode_warm_mb_s'] and mine['encode_warm_mb_s'] / hf['encode_warm_mb_s']:.2f}x"
-            mine["same_ids"] = mine["_ids"] == hf["_ids"]
-            if not mine["same_ids"]:
-                mine["vs_tokenizers"] += "!"  # the ids differ: a conformance bug, not a speed
-            group.append(hf)
-        for row in group:
-            row.pop("_ids")
-            print(" ".join(fmt.format(row.get(key, "")) for key, fmt in COLUMNS), file=out)
-        rows.extend(group)
+            mine["vs_tokenizers"] = round(mine["encode_warm_mb_s"] / hf["encode_warm_mb_s"], 2)
+            if mine["_ids"] != hf["_ids"]:
+                mine["note"] = "ids differ from tokenizers"  # a conformance bug, whatever the speed
+            rows.append(hf)
     if available("tiktoken"):
         try:
-            row = measure(lambda: TiktokenBackend("cl100k_base"), docs, warm, repeat)
+            rows.append(measure(lambda: TiktokenBackend("cl100k_base"), docs, warm, repeat))
         except Exception as e:  # tiktoken fetches its files on first use; offline that fails
-            print(f"tiktoken: skipped ({type(e).__name__}: {e})", file=out)
-        else:
-            row.pop("_ids")
-            print(" ".join(fmt.format(row.get(key, "")) for key, fmt in COLUMNS), file=out)
-            rows.append(row)
+            rows.append({"file": "cl100k_base", "backend": "tiktoken", "note": f"skipped: {type(e).__name__}: {e}"})
+    for row in rows:
+        row.pop("_ids", None)
+    print(report.table(rows, COLUMNS))
     return rows
 
 
@@ -223,18 +224,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mtok.bench tokenizer", description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="*", help="tokenizer.json files (default: built-in + ../shared/tokenizers)")
     parser.add_argument("--docs", type=int, default=150, help="documents to measure (default 150)")
+    parser.add_argument("--warm", type=int, default=1000, help="other documents that warm the caches (default 1000, or all the stdlib has)")
     parser.add_argument("--repeat", type=int, default=3, help="warm runs; the best counts (default 3)")
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
     args = parser.parse_args(argv)
-    rows = run(args.files or default_files(), args.docs, max(1, args.repeat))
-    if args.json:
-        import platform
-
-        meta = {"python": platform.python_version(), "documents": args.docs, "doc_chars": DOC_SIZE}
-        if available("tokenizers"):
-            import tokenizers
-
-            meta["tokenizers"] = tokenizers.__version__
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"meta": meta, "results": rows}, f, indent=2)
+    files = args.files or default_files()
+    rows = run(files, args.docs, args.warm, max(1, args.repeat))
+    versions = {m: getattr(sys.modules.get(m), "__version__", None) for m in ("tokenizers", "tiktoken")}
+    params = {"files": files, "documents": args.docs, "warm_documents": args.warm, "doc_chars": DOC_SIZE,
+              "repeat": args.repeat, **versions}
+    report.write_json(args.json, "tokenizer", params, rows)
     return 0

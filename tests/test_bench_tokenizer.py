@@ -1,0 +1,31 @@
+"""``python -m mtok.bench tokenizer`` runs and writes its JSON (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
+
+
+def test_tokenizer_bench_writes_rows(tmp_path):
+    out = tmp_path / "tok.json"
+    path = os.path.join(DEFAULT_TOKENIZER_DIR, "tokenizer.json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mtok.bench", "tokenizer", path, "--docs", "4", "--warm", "4", "--repeat", "1",
+         "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["command"] == "tokenizer" and doc["params"]["documents"] == 4
+    mine = [r for r in doc["results"] if r["backend"] == "mtok"]
+    assert len(mine) == 1 and "note" not in mine[0], mine
+    row = mine[0]
+    for key in ("load_s", "encode_cold_mb_s", "encode_warm_mb_s", "encode_warm_tokens_s", "decode_mb_s"):
+        assert row[key] > 0, key
+    assert "enc warm MB/s" in proc.stdout
