@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import ast
 import glob
-import json
 import os
 import sys
 import sysconfig
