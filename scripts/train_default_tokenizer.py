@@ -19,59 +19,31 @@ versions give a slightly different stdlib, hence a different vocabulary::
 from __future__ import annotations
 
 import argparse
-import ast
-import io
 import json
 import os
 import sys
 import sysconfig
-import tokenize
-from typing import Iterator, List
+from typing import List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from mtok.bench import stdlib_text  # noqa: E402
+
 OUT_DIR = os.path.join(ROOT, "mtok", "data", "default")
 MADE_WITH = {"python": "3.11.7", "tokenizers": "0.23.3"}
 VOCAB_SIZE = 8192
 EOS = "<|endoftext|>"
-SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
-
-
-def stdlib_sources(lib_dir: str) -> Iterator[str]:
-    for dirpath, dirnames, filenames in os.walk(lib_dir):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-        for name in sorted(filenames):
-            if name.endswith(".py"):
-                yield os.path.join(dirpath, name)
-
-
-def docs_and_comments(source: str) -> List[str]:
-    """Every docstring and every comment of one module, in source order."""
-    out: List[str] = []
-    try:
-        tree = ast.parse(source)
-        for comment in tokenize.generate_tokens(io.StringIO(source).readline):
-            if comment.type == tokenize.COMMENT:
-                text = comment.string.lstrip("#").strip()
-                if text:
-                    out.append(text)
-    except (SyntaxError, ValueError, tokenize.TokenError):
-        return out
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            doc = ast.get_docstring(node)
-            if doc:
-                out.append(doc)
-    return out
 
 
 def corpus(lib_dir: str) -> List[str]:
+    """Per module that parses, its comments and then its docstrings."""
     texts: List[str] = []
-    for path in stdlib_sources(lib_dir):
-        try:
-            with open(path, encoding="utf-8") as f:
-                texts.extend(docs_and_comments(f.read()))
-        except (OSError, UnicodeDecodeError):
-            continue
+    for path in stdlib_text.sources(lib_dir):
+        source = stdlib_text.read(path)
+        docs = stdlib_text.docstrings(source) if source is not None else None
+        if docs is not None:
+            texts += stdlib_text.comments(source) + docs
     return texts
 
 

@@ -17,15 +17,13 @@ measured when importable.
 from __future__ import annotations
 
 import argparse
-import ast
 import glob
 import os
 import sys
-import sysconfig
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import report
+from . import report, stdlib_text
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -39,25 +37,13 @@ Decode = Callable[[List[int]], str]
 
 # -- text --------------------------------------------------------------------------
 
-def stdlib_docstrings(lib_dir: Optional[str] = None) -> List[str]:
+def stdlib_docstrings() -> List[str]:
     """Docstrings of the standard library's modules, classes and functions, in file order."""
-    lib_dir = lib_dir or sysconfig.get_paths()["stdlib"]
-    paths = []
-    for dirpath, dirnames, filenames in os.walk(lib_dir):
-        dirnames[:] = sorted(d for d in dirnames if d not in ("test", "tests", "idle_test", "site-packages"))
-        paths += [os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith(".py")]
     out: List[str] = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as f:
-                tree = ast.parse(f.read())
-        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                doc = ast.get_docstring(node)
-                if doc:
-                    out.append(doc)
+    for path in stdlib_text.sources():
+        source = stdlib_text.read(path)
+        if source is not None:
+            out += stdlib_text.docstrings(source) or []
     return out
 
 
