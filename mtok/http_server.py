@@ -320,6 +320,9 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             self.write(handler(req))
         except APIError as e:
             self.send_json(e.body(), e.status, e.headers)
+        except socket.timeout:  # a read stalled longer than the whole-request deadline
+            self.close_connection = True
+            self.send_json(APIError("the request took too long to arrive", 408).body(), 408)
         except ClientDisconnected:
             self.close_connection = True
         except (BrokenPipeError, ConnectionResetError):
@@ -446,6 +449,8 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
         if self.expired:
             code, message = 408, "the request took too long to arrive"
+        elif code == 505:  # a client error, whatever RFC 9110 calls it
+            code, message = 400, f"unsupported HTTP version in {self.requestline!r}; use HTTP/1.1 or HTTP/1.0"
         if self.request_version == "HTTP/0.9":  # the request line was unreadable; answer with a status line
             self.request_version = "HTTP/1.0"
         body = APIError(message or self.responses.get(code, ("error",))[0], code).body()
