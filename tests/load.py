@@ -94,7 +94,6 @@ def run_load(host: str, port: int, total: int, concurrency: int, kinds=KINDS, se
     """Send ``total`` requests (or until ``stop`` is set) from ``concurrency``
     threads, each on its own keep-alive connection, reconnecting after a failure."""
     checker = Checker(seed, max_new_tokens)
-    plans = [checker.build(i, kinds[i % len(kinds)]) + (kinds[i % len(kinds)],) for i in range(total)]
     result = LoadResult()
     lock = threading.Lock()
     next_index = [0]
@@ -121,7 +120,9 @@ def run_load(host: str, port: int, total: int, concurrency: int, kinds=KINDS, se
                 next_index[0] += 1
             if i >= total:
                 break
-            path, body, check, kind = plans[i]
+            kind = kinds[i % len(kinds)]
+            with lock:  # the checker's random stream is shared
+                path, body, check = checker.build(i, kind)
             try:
                 status, worker, parsed = _exchange(conn, path, body)
                 ok = status == 200 and check(parsed)
