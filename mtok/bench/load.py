@@ -69,7 +69,7 @@ def measure_running(target: Target, workload: Workload, root_pid: Optional[int],
     tokenizer = tokenizer_for(target, tokenizer_path, backend)
     plans = build_plans(workload, tokenizer, target)
     result = run_load(target, workload, plans, tree_for(root_pid), progress)
-    result["prompt_bytes_mean"] = round(sum(len(p.request) for p in plans) / len(plans))
+    result["mean_prompt_bytes"] = round(sum(p.prompt_bytes for p in plans) / len(plans))
     return result
 
 

@@ -23,6 +23,7 @@ from .load import add_workload_args, measure_running, workload_from
 from .procstat import ProcessTree, TreeSample
 from .report import describe_load, table, write_json
 from .servers import ServerProcess, add_server_args, discover_root_pid, server_config
+from .svg import Chart, nice_ceiling
 
 
 def _row(t: float, s: TreeSample) -> Dict[str, Any]:
@@ -63,12 +64,23 @@ def soak(target: Target, tree: ProcessTree, args: argparse.Namespace) -> Dict[st
     return result
 
 
+def draw(result: Dict[str, Any], path: str) -> None:
+    samples = result["samples"]
+    end = samples[-1]["t_s"] if samples else 1.0
+    step = nice_ceiling(end / 6)
+    chart = Chart("server memory under a mixed load", "seconds", "MB resident (all processes)",
+                  x_ticks=[step * i for i in range(int(end // step) + 1)])
+    chart.add("RSS", [(s["t_s"], s["rss_mb"]) for s in samples])
+    chart.write(path)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mtok.bench soak", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_args(parser)
     add_workload_args(parser, duration=600.0)
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between samples (default 5)")
+    parser.add_argument("--svg", metavar="OUT", help="draw the server's memory over time as an SVG file")
     parser.set_defaults(endpoint="mixed", input_len=64, output_len=32, concurrency=32)
     args = parser.parse_args(argv)
     if args.url:
@@ -89,5 +101,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(describe_load(result["load"]))
     else:
         print(f"the load failed: {result.get('error')}", file=sys.stderr)
+    if args.svg:
+        draw(result, args.svg)
     write_json(args.json, "soak", {"workload": workload_from(args).describe(), "interval": args.interval}, result)
     return 0 if "load" in result and not result["load"]["errors"] else 1

@@ -26,6 +26,7 @@ class Plan:
     input_tokens: int
     output_tokens: int
     stream: bool
+    prompt_bytes: int = 0
 
 
 @dataclass
@@ -155,7 +156,7 @@ def build_plans(workload: Workload, tokenizer: Any, target: Target) -> List[Plan
         n_out = item["output_len"] or workload.output_len
         body = json.dumps(request_body(kind, item["prompt"], n_out, stream)).encode()
         plans.append(Plan(build_request(target, ENDPOINTS[kind], body, workload.headers), n_in,
-                          0 if kind == "tokenize" else n_out, stream))
+                          0 if kind == "tokenize" else n_out, stream, len(item["prompt"].encode("utf-8"))))
     return plans
 
 

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Every figure and curve in docs/benchmarks.md, in one run (about 20 minutes on 2 cores).
+#
+#   python -m venv /tmp/venv-peers && /tmp/venv-peers/bin/pip install -r benchmarks/peers/requirements.txt
+#   benchmarks/run_all.sh /tmp/venv-peers/bin/python
+#
+# The argument is the interpreter for the bench, mtok and the FastAPI peer alike
+# (so both servers use the same `tokenizers`); it needs the peer's requirements.
+# Results go to benchmarks/results/*.json, curves to docs/img/*.svg; then
+# `python benchmarks/summarize.py` prints the tables of docs/benchmarks.md.
+# Run it on a quiet machine: every other process takes cores from the servers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${1:-python3}
+OUT=benchmarks/results
+IMG=docs/img
+mkdir -p "$OUT" "$IMG"
+bench() { echo "== mtok.bench $*" >&2; "$PY" -m mtok.bench "$@"; }
+RUN=(--duration 10 --warmup 2)
+PEER=(--python "$PY")
+
+"$PY" -c 'import fastapi, uvicorn, tokenizers, zmq' || { echo "$PY lacks benchmarks/peers/requirements.txt" >&2; exit 2; }
+uptime | tee "$OUT/uptime.txt"
+
+# mtok vs the FastAPI peer, one worker each, three alternating rounds (the median counts)
+# 1. tokenization-heavy /generate: 2 KB prompts (400 tokens of the built-in tokenizer), 1 output token
+bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --endpoint generate --input-len 400 --output-len 1 \
+  --concurrency 32 --label "tokenization-heavy /generate" --json "$OUT/compare-generate-2kb.json"
+# 2. streaming: 16-token prompts, 256 output tokens, 64 streams at once
+bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --endpoint completions --stream --input-len 16 \
+  --output-len 256 --concurrency 64 --label "streaming /v1/completions" --json "$OUT/compare-stream.json"
+# 3. /tokenize of a short prompt
+bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --endpoint tokenize --input-len 16 --concurrency 32 \
+  --label "/tokenize, short prompt" --json "$OUT/compare-tokenize.json"
+# 4. pipeline latency: one request at a time, short prompt, one token
+bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --endpoint generate --input-len 8 --output-len 1 \
+  --concurrency 1 --clients 1 --label "latency at concurrency 1" --json "$OUT/compare-latency.json"
+
+# worker scaling, N = 1, 2 (up to the cores here), both servers: the curves
+bench sweep "${PEER[@]}" "${RUN[@]}" --with-peer --max-workers "$(nproc)" --endpoint generate --input-len 400 \
+  --output-len 1 --concurrency 32 --title "/generate, 2 KB prompts, 1 output token" \
+  --svg "$IMG/scaling-generate-2kb.svg" --json "$OUT/sweep-generate-2kb.json"
+bench sweep "${PEER[@]}" "${RUN[@]}" --with-peer --max-workers "$(nproc)" --endpoint completions --stream \
+  --input-len 16 --output-len 256 --concurrency 64 --title "streaming, 16-token prompts, 256 output tokens" \
+  --svg "$IMG/scaling-stream.svg" --json "$OUT/sweep-stream.json"
+
+# the detokenizer: a 4,096-token stream vs one decode of the same ids
+bench detok --tokens 512,4096 --streams 1,64 --json "$OUT/detok.json"
+# the transport: mtok.ipc beside pyzmq
+bench transport --json "$OUT/transport.json"
+# tokenizer throughput (the built-in tokenizer and ../shared/tokenizers where present)
+bench tokenizer --docs 100 --json "$OUT/tokenizer.json"
+# two minutes of mixed load on two workers: memory and open files
+bench soak --duration 120 --interval 5 --tokenizer-worker-num 2 --svg "$IMG/soak-rss.svg" \
+  --json "$OUT/soak.json"
+
+"$PY" benchmarks/summarize.py "$OUT"

@@ -1,0 +1,151 @@
+"""The tables of docs/benchmarks.md, printed as Markdown from benchmarks/results/*.json.
+
+    python benchmarks/summarize.py [benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load(folder: str, name: str) -> Optional[Dict[str, Any]]:
+    path = os.path.join(folder, f"{name}.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def get(d: Any, key: str) -> Any:
+    for part in key.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 1 else f"{v:,.{digits}f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def md(headers: Sequence[str], rows: List[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(fmt(c) if not isinstance(c, str) else c for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def machine(folder: str) -> str:
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(path, encoding="utf-8") as f:
+            m = json.load(f).get("machine")
+        if m:
+            return (f"{m['nproc']} cores ({m['cpu_model']}), {m['implementation']} {m['python']}, {m['platform']}; "
+                    f"{m['date']}")
+    return "unknown"
+
+
+COMPARE_ROWS = [
+    ("requests/s", "requests_per_s"), ("output tokens/s", "output_tokens_per_s"),
+    ("server CPU ms/request", "server_cpu_ms_per_request"), ("server cores busy", "server_cores_busy"),
+    ("TTFT p50 ms", "ttft_ms.p50"), ("ITL p50 ms", "itl_ms.p50"), ("e2e p50 ms", "e2e_ms.p50"),
+    ("e2e p90 ms", "e2e_ms.p90"), ("e2e p99 ms", "e2e_ms.p99"), ("errors", "errors"),
+]
+
+
+def compare_table(doc: Dict[str, Any]) -> str:
+    r = doc["results"]
+    if "skipped" in r:
+        return f"(skipped: {r['skipped']})"
+    rows = []
+    for name, key in COMPARE_ROWS:
+        a, b = get(r["mtok"], key), get(r["fastapi"], key)
+        if a is None and b is None:
+            continue
+        ratio = a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+        rows.append([name, a, b, f"{ratio:.2f}x" if ratio is not None else "–"])
+    w = doc["params"]["workload"]
+    what = (f"`{w['endpoint_path']}`, {w['input_len']}-token prompts (~{r['mtok'].get('mean_prompt_bytes', '?')} "
+            f"bytes), {w['output_len']} output token{'s' if w['output_len'] != 1 else ''}, {'streamed, ' if w['stream'] else ''}concurrency "
+            f"{w['concurrency']}, {w['duration']} s after {w['warmup']} s warm-up; median of "
+            f"{doc['params']['rounds']} rounds (req/s per round: mtok {r['rounds']['mtok']}, "
+            f"FastAPI {r['rounds']['fastapi']})")
+    return what + "\n\n" + md(["", "mtok", "FastAPI peer", "mtok / peer"], rows)
+
+
+def sweep_table(doc: Dict[str, Any]) -> str:
+    rows = [[r["server_kind"], r["workers"], r["requests_per_s"], r["output_tokens_per_s"],
+             r["server_cpu_ms_per_request"], r["server_cores_busy"], get(r, "e2e_ms.p50"),
+             f"{r['speedup']:.2f}x" if r.get("speedup") else "–", r["errors"]] for r in doc["results"]]
+    return md(["server", "N", "req/s", "output tok/s", "CPU ms/request", "cores busy", "e2e p50 ms",
+               "vs N=1", "errors"], rows)
+
+
+def detok_table(doc: Dict[str, Any]) -> str:
+    rows = [[r["backend"], r["streams"], r["tokens"], r["stream_ms"], r["decoder_ms"], r["one_shot_ms"],
+             f"{r['stream_over_one_shot']:.1f}x", r["us_per_token_streamed"], r["same_text"]] for r in doc["results"]]
+    return md(["backend", "streams", "tokens each", "streamed ms", "of which decoding ms", "one-shot decode ms",
+               "streamed / one-shot", "µs per token streamed", "same text"], rows)
+
+
+def transport_table(doc: Dict[str, Any]) -> str:
+    rows = [[r["transport"], r["prompt_tokens"], r["message_bytes"], get(r, "hop_us.p50"), get(r, "hop_us.p99"),
+             r["messages_per_s"]] for r in doc["results"]]
+    return md(["transport", "prompt tokens", "message bytes", "hop p50 µs", "hop p99 µs", "messages/s"], rows)
+
+
+def tokenizer_table(doc: Dict[str, Any]) -> str:
+    rows = [[r["file"], r["backend"], r["load_s"], r["encode_cold_mb_s"], r["encode_warm_mb_s"], r["decode_mb_s"],
+             r.get("vs_tokenizers", "")] for r in doc["results"]]
+    return md(["file", "backend", "load s", "encode cold MB/s", "encode warm MB/s", "decode MB/s", "vs tokenizers"],
+              rows)
+
+
+def soak_summary(doc: Dict[str, Any]) -> str:
+    r = doc["results"]
+    s = r["samples"]
+    load_ = r.get("load") or {}
+    return (f"{load_.get('requests', 0):,} requests in {load_.get('window_s', 0):.0f} s "
+            f"({load_.get('requests_per_s', 0):,.0f} req/s), {load_.get('errors', '?')} errors; resident memory "
+            f"{s[0]['rss_mb']} MB at the start, {r['rss_mb_max']} MB at most, growth after warm-up "
+            f"{r['rss_mb_growth']} MB; open fds first/last {r['open_fds_first_last']}, "
+            f"{r['after_load']['open_fds']} once idle; {s[-1]['processes']} processes, {s[-1]['threads']} threads.")
+
+
+SECTIONS = [
+    ("compare-generate-2kb", "Tokenization-heavy /generate, one worker", compare_table),
+    ("compare-stream", "Streaming, one worker", compare_table),
+    ("compare-tokenize", "/tokenize of a short prompt, one worker", compare_table),
+    ("compare-latency", "Pipeline latency at concurrency 1", compare_table),
+    ("sweep-generate-2kb", "Worker scaling: /generate, 2 KB prompts, 1 output token", sweep_table),
+    ("sweep-stream", "Worker scaling: streaming, 256 output tokens", sweep_table),
+    ("detok", "The detokenizer: streaming vs one decode", detok_table),
+    ("transport", "Transport: one IPC hop", transport_table),
+    ("tokenizer", "Tokenizer throughput", tokenizer_table),
+    ("soak", "Soak: two minutes of mixed load, two workers", soak_summary),
+]
+
+
+def main() -> int:
+    folder = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "results")
+    print(f"Machine: {machine(folder)}\n")
+    for name, title, render in SECTIONS:
+        doc = load(folder, name)
+        if doc is not None:
+            print(f"### {title}\n\n{render(doc)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
