@@ -3,7 +3,9 @@
 Each step decodes only a short window: the ids since the last committed
 boundary (``surr``) with and without the new ones, and the difference is the
 new text.  Text whose last character is U+FFFD is held back, because it is
-usually a code point split across tokens; the next step completes it.  Both
+usually a code point split across tokens; the next step completes it.  So is
+text that ends in a SentencePiece byte token, because the run of byte tokens
+it belongs to is decoded as a whole.  Both
 processes run the same code on the same ids, so the scheduler's stop-string
 decision and the detokenizer's trimmed text always agree.
 """
@@ -41,6 +43,8 @@ class IncrementalDecoder:
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
+        self.byte_ids = getattr(tokenizer, "byte_token_ids", frozenset())
+        self.special_ids = getattr(tokenizer, "special_ids", frozenset())
 
     def step(self, states: Sequence[DecodeState], final: Sequence[bool]) -> List[str]:
         """Decode the ids appended since the last step; return each state's newly
@@ -61,7 +65,7 @@ class IncrementalDecoder:
                 st = states[i]
                 surr_text, full_text = texts[2 * k], texts[2 * k + 1]
                 new = full_text[len(surr_text) :]
-                if final[i] or (new and not new.endswith(REPLACEMENT)) or (
+                if final[i] or (new and not new.endswith(REPLACEMENT) and not self._in_byte_run(st)) or (
                     not new and len(st.ids) - st.surr > MAX_EMPTY_WINDOW
                 ):
                     st.text += new
@@ -71,6 +75,16 @@ class IncrementalDecoder:
                 else:
                     st.pending = new.rstrip(REPLACEMENT)
         return out
+
+
+    def _in_byte_run(self, st: DecodeState) -> bool:
+        """Does the window end in a byte token (skipped special tokens aside)?"""
+        if not self.byte_ids:
+            return False
+        for t in reversed(st.ids[st.surr:]):
+            if not (st.skip_special_tokens and t in self.special_ids):
+                return t in self.byte_ids
+        return False
 
 
 def find_stop(text: str, stops: Sequence[str], start: int) -> Optional[Tuple[int, str]]:

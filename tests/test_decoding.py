@@ -70,7 +70,7 @@ def stream(detok, ids, chunks, skip=True, stop=None, stop_offset=None, reason=No
 @pytest.mark.parametrize("name", TOKENIZERS)
 def test_random_ids_stream_to_the_one_shot_decode(name):
     detok = detokenizer(name)
-    tok = detok.tokenizer
+    tok = detok.decoders[detok.default_model].tokenizer
 
     @SETTINGS
     @given(ids=st.lists(st.integers(0, tok.vocab_size - 1), min_size=1, max_size=40),
@@ -85,7 +85,7 @@ def test_random_ids_stream_to_the_one_shot_decode(name):
 @pytest.mark.parametrize("name", TOKENIZERS)
 def test_natural_text_never_streams_a_broken_character(name):
     detok = detokenizer(name)
-    tok = detok.tokenizer
+    tok = detok.decoders[detok.default_model].tokenizer
     for text in prompts(60):
         ids = tok.encode(text, add_special_tokens=False)
         if not ids:
@@ -101,7 +101,7 @@ def test_natural_text_never_streams_a_broken_character(name):
 def test_stop_strings_end_generation_at_the_first_match(name):
     sched = scheduler(name)
     detok = detokenizer(name)
-    tok = sched.tokenizer
+    tok = sched.models[sched.default_model].tokenizer
 
     @SETTINGS
     @given(text=st.sampled_from(prompts(80)), data=st.data())
@@ -113,8 +113,9 @@ def test_stop_strings_end_generation_at_the_first_match(name):
         a = data.draw(st.integers(0, len(full) - 1))
         b = data.draw(st.integers(a + 1, min(len(full), a + 6)))
         stop = full[a:b]
-        req = Req(TokenizedGenerateReqInput(rid="r", input_ids=ids, sampling_params=SamplingParams(
-            max_new_tokens=len(ids), stop=[stop], ignore_eos=True)))
+        req = Req(TokenizedGenerateReqInput(rid="r", input_ids=ids, model=sched.default_model,
+                                            sampling_params=SamplingParams(max_new_tokens=len(ids), stop=[stop],
+                                                                           ignore_eos=True)))
         steps = 0
         while req.finished_reason is None:
             req.output_ids.append(ids[len(req.output_ids)])

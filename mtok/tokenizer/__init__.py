@@ -69,6 +69,10 @@ class TokenizerFiles:
             self.model_max_length = int(max_len)
 
 
+def _is_byte_token(token: Optional[str]) -> bool:
+    return token is not None and len(token) == 6 and token.startswith("<0x") and token.endswith(">")
+
+
 def _token_content(value) -> Optional[str]:
     if isinstance(value, dict):
         value = value.get("content")
@@ -100,6 +104,11 @@ class Tokenizer:
         )
         self.bos_token_id: Optional[int] = self.token_to_id(files.bos_token) if files.bos_token else None
         self.max_model_len: Optional[int] = files.model_max_length
+        # SentencePiece byte tokens (<0xE4>): a ByteFallback decoder renders a run
+        # of them as a whole, so a later one can change how earlier ones read.
+        self.byte_token_ids: FrozenSet[int] = frozenset(
+            i for i in range(self.vocab_size) if _is_byte_token(self.id_to_token(i))
+        )
 
     # -- what a backend implements -------------------------------------------------
     def _vocab_size(self) -> int:
