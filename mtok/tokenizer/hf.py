@@ -24,6 +24,10 @@ class HFTokenizer(Tokenizer):
             self._tok = tokenizers.Tokenizer.from_file(files.json_path)
         except Exception as e:
             raise TokenizerError(f"cannot load {files.json_path!r}: {e}") from e
+        # A file's truncation and padding are settings for training pipelines; a
+        # server limits prompts by context length and never pads them.
+        self._tok.no_truncation()
+        self._tok.no_padding()
         self._encode_batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
         super().__init__(files)
 

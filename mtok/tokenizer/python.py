@@ -18,6 +18,7 @@ class PyTokenizer(Tokenizer):
             raise TokenizerError(f"cannot load {files.json_path!r}: {e}") from e
         except (OSError, UnicodeDecodeError) as e:
             raise TokenizerError(f"cannot read {files.json_path!r}: {e}") from e
+        self._tok.truncation = self._tok.padding = None  # as hf.py: never truncate or pad prompts
         super().__init__(files)
 
     def _vocab_size(self) -> int:
