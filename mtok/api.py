@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import os
 import time
+from urllib.parse import parse_qs
 from typing import Any, Dict, Iterator, List, Optional
 
 from . import __version__
 from .http_server import EventStream, Request, Response, route
 from .io_struct import GenerateReqInput, SamplingParams
-from .openai_api import OpenAIRoutes
-from .status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, StatusBoard
+from .openai_api import OpenAIRoutes, embedding_inputs
+from .metrics import merge as merge_metrics
+from .metrics import read as read_metrics
+from .metrics import render as render_metrics
+from .status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
 from .tokenizer_manager import ReqState, TokenizerManager
 from .validate import APIError, bad, check_unknown, get_bool, get_str, require_object, token_list
 
@@ -34,12 +38,9 @@ class Api(OpenAIRoutes):
         self.slot = slot
         self.args = tm.server_args
         self.created = int(time.time())
+        self.metrics = tm.metrics
 
     # -- shared helpers --------------------------------------------------------------
-    def check_model(self, name: Optional[str]) -> None:
-        if name is not None and name != self.tm.model_name:
-            raise APIError(f"the model {name!r} does not exist; this server serves {self.tm.model_name!r}", 404,
-                           param="model")
 
     def collect(self, states: Iterator[ReqState], n: int) -> List[ReqState]:
         """Wait for every request of a non-streaming call; a refused one fails the call."""
@@ -91,7 +92,6 @@ class Api(OpenAIRoutes):
         from .validate import parse_generate
 
         obj = parse_generate(req.json())
-        self.check_model(obj.model)
         states = self.tm.generate_request(obj, req.watch)
         if not obj.stream:
             out = [self._generate_result(st) for st in self.collect(states, obj.batch_size)]
@@ -113,29 +113,48 @@ class Api(OpenAIRoutes):
             yield event
         yield "[DONE]"
 
+    @route("POST", "/encode")
+    def encode(self, req: Request) -> Any:
+        """SGLang's embedding endpoint: ``text`` or ``input_ids``, single or batch."""
+        body = require_object(req.json())
+        check_unknown(body, ("text", "input_ids", "model", "rid"))
+        has_text, has_ids = body.get("text") is not None, body.get("input_ids") is not None
+        if has_text == has_ids:
+            raise bad("give exactly one of 'text' and 'input_ids'", "text")
+        key = "text" if has_text else "input_ids"
+        inputs, is_batch = embedding_inputs(body[key], key)
+        states = self.tm.embed_request(inputs, get_str(body, "model"), req.watch)
+        out = []
+        for st in states:
+            err = st.error()
+            if err is not None:
+                raise err
+            out.append({"embedding": st.embedding, "meta_info": {"id": st.rid, "prompt_tokens": st.prompt_tokens}})
+        return out if is_batch else out[0]
+
     @route("POST", "/tokenize", "/v1/tokenize")
     def tokenize(self, req: Request) -> Any:
         body = require_object(req.json())
         check_unknown(body, ("prompt", "add_special_tokens", "model"))
-        self.check_model(get_str(body, "model"))
+        model = self.tm.model(get_str(body, "model"))
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             raise bad("'prompt' must be a string", "prompt")
         add = get_bool(body, "add_special_tokens", True)
-        tokens = self.tm.tokenizer.encode(prompt, add)
-        return {"tokens": tokens, "count": len(tokens), "max_model_len": self.tm.context_length}
+        tokens = model.tokenizer.encode(prompt, add)
+        return {"tokens": tokens, "count": len(tokens), "max_model_len": model.context_length}
 
     @route("POST", "/detokenize", "/v1/detokenize")
     def detokenize(self, req: Request) -> Any:
         body = require_object(req.json())
         check_unknown(body, ("tokens", "model", "skip_special_tokens"))
-        self.check_model(get_str(body, "model"))
+        model = self.tm.model(get_str(body, "model"))
         if "tokens" not in body:
             raise bad("'tokens' is required", "tokens")
         tokens = token_list(body["tokens"], "tokens")
-        self.tm.check_ids([tokens], "tokens")
+        model.check_ids([tokens], "tokens")
         skip = get_bool(body, "skip_special_tokens", False)
-        return {"prompt": self.tm.tokenizer.decode(tokens, skip)}
+        return {"prompt": model.tokenizer.decode(tokens, skip)}
 
     @route("GET", "/health")
     def health(self, req: Request) -> Any:
@@ -155,15 +174,19 @@ class Api(OpenAIRoutes):
 
     @route("GET", "/get_model_info", "/model_info")
     def get_model_info(self, req: Request) -> Any:
-        tok = self.tm.tokenizer
+        """The default model, or the one named by ``?model=NAME``."""
+        names = parse_qs(req.query).get("model")
+        model = self.tm.model(names[0] if names else None)
+        tok = model.tokenizer
         return {
-            "model_path": self.args.tokenizer_path or "mtok-default",
+            "model_path": tok.path,
             "tokenizer_path": tok.path,
-            "served_model_name": self.tm.model_name,
+            "served_model_name": model.name,
+            "models": list(self.tm.models),
             "is_generation": True,
             "tokenizer_backend": tok.backend,
             "vocab_size": tok.vocab_size,
-            "context_length": self.tm.context_length,
+            "context_length": model.context_length,
             "eos_token_ids": sorted(tok.eos_token_ids),
         }
 
@@ -193,6 +216,21 @@ class Api(OpenAIRoutes):
             "scheduler": scheduler,
             "server_args": args,
         }
+
+    @route("GET", "/metrics")
+    def metrics_route(self, req: Request) -> Any:
+        """Prometheus metrics of the whole server: every process's published
+        counters, this worker's own live ones."""
+        snaps = [self.metrics.snapshot() if i == self.slot else read_metrics(self.board.extra(i))
+                 for i in range(self.board.nslots)]
+        workers = self.board.worker_slots()
+        extra = [
+            ("worker_restarts_total", "Workers replaced after dying or hanging.", self.board.restarts),
+            ("workers", "HTTP/tokenizer worker processes configured.", len(workers)),
+            ("workers_ready", "Workers up and serving.", sum(w.state == SlotState.READY for w in workers)),
+        ]
+        return Response(render_metrics(merge_metrics(snaps), extra),
+                        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     @route("POST", "/abort_request")
     def abort_request(self, req: Request) -> Any:

@@ -19,9 +19,12 @@ import struct
 import sys
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
-from typing import Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from .ipc import ipc_name
+
+if TYPE_CHECKING:
+    from .models import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ class ServerArgs:
     port: int = 30000
     tokenizer_path: Optional[str] = None
     served_model_name: Optional[str] = None
+    models: List[str] = field(default_factory=list)
     tokenizer_backend: str = "auto"
     tokenizer_worker_num: int = 1
     engine: str = "echo"
@@ -64,6 +68,13 @@ class ServerArgs:
             return base or "default"
         return "mtok-default"
 
+    def model_specs(self) -> "List[ModelSpec]":
+        from .models import ModelSpec
+
+        if not self.models:
+            return [ModelSpec(self.model_name, self.tokenizer_path, self.engine)]
+        return [ModelSpec.parse(m, self.engine) for m in self.models]
+
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
         d = cls()
@@ -73,6 +84,9 @@ class ServerArgs:
         a("--tokenizer-path", "--model-path", dest="tokenizer_path", default=None,
           help="tokenizer.json, or a directory holding one (default: mtok's built-in tokenizer)")
         a("--served-model-name", default=None, help="model name reported in responses")
+        a("--model", dest="models", action="append", default=[], metavar="NAME=PATH[:ENGINE]",
+          help="serve this tokenizer (and engine) as model NAME; repeat for several models; "
+               "the first is the default")
         a("--tokenizer-backend", choices=("auto", "hf", "python"), default=d.tokenizer_backend,
           help="'hf' = the tokenizers library, 'python' = mtok's own runtime (default: %(default)s)")
         a("--tokenizer-worker-num", type=int, default=d.tokenizer_worker_num,
@@ -124,6 +138,16 @@ class ServerArgs:
             problems.append("--engine-step-delay must not be negative")
         if self.context_length is not None and self.context_length < 2:
             problems.append("--context-length must be at least 2")
+        if self.models:
+            if self.tokenizer_path or self.served_model_name:
+                problems.append("--model replaces --tokenizer-path and --served-model-name; give one or the other")
+            try:
+                names = [s.name for s in self.model_specs()]
+            except ValueError as e:
+                problems.append(str(e))
+            else:
+                if len(set(names)) != len(names):
+                    problems.append("--model names must be distinct")
         if problems:
             raise ValueError("; ".join(problems))
 

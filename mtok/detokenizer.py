@@ -18,7 +18,7 @@ from .decoding import DecodeState, IncrementalDecoder, stop_holdback
 from .io_struct import AbortReq, BaseBatchReq, BatchStrOutput, BatchTokenIDOutput, group_by_worker
 from .ipc import Receiver, Sender, SocketMapping
 from .procutil import ChildBoot, exit_now, on_signal
-from .tokenizer import load_tokenizer
+from .models import load_tokenizers
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +60,11 @@ class MultiHttpWorkerDetokenizerMixin:
 class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
     def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes):
         self.authkey = authkey
-        self.tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.tokenizer_backend)
-        self.decoder = IncrementalDecoder(self.tokenizer)
+        specs = server_args.model_specs()
+        tokenizers = load_tokenizers(specs, server_args.tokenizer_backend)
+        self.decoders = {s.name: IncrementalDecoder(tokenizers[s.name]) for s in specs}
+        self.default_model = specs[0].name
+        self.tokenizer = tokenizers[self.default_model]
         self.states: Dict[str, DecodeStatus] = {}
         # Only running requests have state, so more than this means state that
         # outlived its request; the least recently advanced goes first.
@@ -105,7 +108,14 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
                 self.states[rid] = st  # re-inserted: the dict's order is recency
             states.append(st)
             finals.append(reason is not None)
-        self.decoder.step(states, finals)
+        if recv.models is None:
+            self.decoders[self.default_model].step(states, finals)
+        else:
+            groups: Dict[str, List[int]] = {}
+            for i, name in enumerate(recv.models):
+                groups.setdefault(name or self.default_model, []).append(i)
+            for name, idx in groups.items():
+                self.decoders[name].step([states[i] for i in idx], [finals[i] for i in idx])
 
         out = BatchStrOutput(
             rids=recv.rids,

@@ -6,6 +6,8 @@ The request is translated into the same :class:`GenerateReqInput` that
 
 from __future__ import annotations
 
+import base64
+import struct
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
@@ -96,6 +98,25 @@ def parse_completion(body: Any) -> "tuple[GenerateReqInput, bool]":
     return obj, include_usage
 
 
+def base64_floats(vec: List[float]) -> str:
+    """OpenAI's base64 form: the vector as little-endian float32."""
+    return base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+
+
+def embedding_inputs(value: Any, name: str) -> "tuple[List[Any], bool]":
+    """Texts or token lists to embed, and whether the caller sent a batch."""
+    if isinstance(value, str):
+        return [value], False
+    if isinstance(value, list) and value:
+        if all(isinstance(v, str) for v in value):
+            return value, True
+        if all(isinstance(v, list) for v in value):
+            return [token_list(v, name) for v in value], True
+        return [token_list(value, name)], False
+    raise bad(f"'{name}' must be a string, an array of strings or of token ids"
+              + ("; it must not be empty" if isinstance(value, list) else f", not {_json_type(value)}"), name)
+
+
 def openai_finish(st: "ReqState") -> "tuple[Optional[str], Any]":
     reason = st.finished_reason
     if reason is None:
@@ -104,23 +125,23 @@ def openai_finish(st: "ReqState") -> "tuple[Optional[str], Any]":
 
 
 class OpenAIRoutes:
-    """Mixed into :class:`mtok.api.Api`, which provides tm, check_model, collect, first_then_rest."""
+    """Mixed into :class:`mtok.api.Api`, which provides tm, created, collect, first_then_rest."""
 
     @route("GET", "/v1/models")
     def list_models(self, req: Request) -> Any:
-        return {"object": "list", "data": [self.model_card()]}
+        return {"object": "list", "data": [self.model_card(m) for m in self.tm.models.values()]}
 
-    def model_card(self) -> Dict[str, Any]:
-        return {"id": self.tm.model_name, "object": "model", "created": self.created, "owned_by": "mtok",
-                "max_model_len": self.tm.context_length}
+    def model_card(self, model: Any) -> Dict[str, Any]:
+        return {"id": model.name, "object": "model", "created": self.created, "owned_by": "mtok",
+                "max_model_len": model.context_length}
 
     @route("POST", "/v1/completions")
     def completions(self, req: Request) -> Any:
         obj, include_usage = parse_completion(req.json())
-        self.check_model(obj.model)
+        model = self.tm.model(obj.model)
         states = self.tm.generate_request(obj, req.watch)
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": self.tm.model_name}
+                "model": model.name}
         if obj.stream:
             return EventStream(self._completion_chunks(self.first_then_rest(states), head, obj.batch_size,
                                                        include_usage))
@@ -131,6 +152,36 @@ class OpenAIRoutes:
             choices.append({"index": st.index, "text": st.text, "logprobs": None, "finish_reason": finish,
                             "stop_reason": matched})
         return dict(head, choices=choices, usage=self.usage(results))
+
+    @route("POST", "/v1/embeddings")
+    def embeddings(self, req: Request) -> Any:
+        body = require_object(req.json())
+        unknown = set(body) - {"input", "model", "encoding_format", "dimensions", "user"}
+        if unknown:
+            raise bad(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))}", sorted(unknown)[0])
+        if "input" not in body:
+            raise bad("'input' is required", "input")
+        fmt = get_str(body, "encoding_format", "float")
+        if fmt not in ("float", "base64"):
+            raise bad("'encoding_format' must be 'float' or 'base64'", "encoding_format")
+        get_str(body, "user")
+        inputs, _ = embedding_inputs(body["input"], "input")
+        model = self.tm.model(get_str(body, "model"))
+        states = self.tm.embed_request(inputs, model.name, req.watch)
+        dims = get_int(body, "dimensions", None, 1)
+        data = []
+        for st in states:
+            err = st.error()
+            if err is not None:
+                raise err
+            vec = st.embedding or []
+            if dims is not None and dims != len(vec):
+                raise bad(f"this model's embeddings have {len(vec)} dimensions, not {dims}", "dimensions")
+            data.append({"object": "embedding", "index": st.index,
+                         "embedding": vec if fmt == "float" else base64_floats(vec)})
+        prompt = sum(st.prompt_tokens for st in states)
+        return {"object": "list", "data": data, "model": model.name,
+                "usage": {"prompt_tokens": prompt, "total_tokens": prompt}}
 
     @staticmethod
     def usage(states: List["ReqState"]) -> Dict[str, int]:

@@ -31,8 +31,10 @@ from .io_struct import (
     TokenizedGenerateReqInput,
 )
 from .ipc import Receiver, Sender
+from .metrics import publish
 from .procutil import ChildBoot, exit_now, on_signal
-from .tokenizer import load_tokenizer
+from .status import SCHEDULER_SLOT, StatusBoard, status_shm_name
+from .models import load_tokenizers
 
 logger = logging.getLogger(__name__)
 
@@ -64,16 +66,35 @@ class Req:
         self.stop_offset: Optional[int] = None
 
 
+class ModelRuntime:
+    """One model's engine, and the tokenizer that stop strings and eos need."""
+
+    def __init__(self, name: str, tokenizer: Any, engine_spec: str, step_delay: float):
+        self.name = name
+        self.tokenizer = tokenizer
+        self.engine = load_engine(engine_spec, EngineContext(name, tokenizer, step_delay))
+        self.decoder = IncrementalDecoder(tokenizer)
+        self.eos_ids = tokenizer.eos_token_ids
+
+
+def by_model(reqs: Sequence[Any]) -> Dict[str, List[Any]]:
+    groups: Dict[str, List[Any]] = {}
+    for r in reqs:
+        groups.setdefault(r.model, []).append(r)
+    return groups
+
+
 class Scheduler:
-    def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes):
+    def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes,
+                 board: Optional[StatusBoard] = None):
         self.server_args = server_args
-        self.tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.tokenizer_backend)
-        self.engine = load_engine(
-            server_args.engine,
-            EngineContext(server_args.model_name, self.tokenizer, server_args.engine_step_delay),
-        )
-        self.decoder = IncrementalDecoder(self.tokenizer)
-        self.eos_ids = self.tokenizer.eos_token_ids
+        self.board = board
+        self._published: Optional[tuple] = None
+        specs = server_args.model_specs()
+        tokenizers = load_tokenizers(specs, server_args.tokenizer_backend)
+        self.models = {s.name: ModelRuntime(s.name, tokenizers[s.name], s.engine, server_args.engine_step_delay)
+                       for s in specs}
+        self.default_model = specs[0].name
         self.waiting: Deque[Req] = collections.deque()
         self.running: List[Req] = []
         self.reqs: Dict[str, Req] = {}
@@ -86,7 +107,7 @@ class Scheduler:
         self.send_to_detokenizer = Sender(port_args.detokenizer_ipc_name, authkey)
         self._dispatch: Dict[type, Callable[[Any], None]] = {
             TokenizedGenerateReqInput: self.handle_generate,
-            TokenizedEmbeddingReqInput: self.embed_queue.append,
+            TokenizedEmbeddingReqInput: self.handle_embed,
             AbortReq: self.handle_abort,
             RpcReq: self.handle_rpc,
         }
@@ -111,11 +132,23 @@ class Scheduler:
                 next_step = started + self.step_delay
             elif self.pending_output:
                 self.send_outputs([])
+            self.publish_gauges()
+
+    def publish_gauges(self) -> None:
+        """The queue lengths, for /metrics; written only when they change."""
+        state = (len(self.running), len(self.waiting))
+        if self.board is not None and state != self._published:
+            self._published = state
+            publish(self.board.extra(SCHEDULER_SLOT),
+                    {"gauges": {"num_requests_running": state[0], "num_requests_waiting": state[1]}})
 
     # -- messages ------------------------------------------------------------------
     def handle_generate(self, msg: TokenizedGenerateReqInput) -> None:
         req = Req(msg)
-        if msg.rid in self.reqs:
+        req.model = req.model or self.default_model
+        if req.model not in self.models:
+            req.finished_reason = abort_reason(f"unknown model {req.model!r}", 404)
+        elif msg.rid in self.reqs:
             req.finished_reason = abort_reason(f"request id {msg.rid!r} is already in use", 400)
         elif len(self.reqs) >= self.capacity:
             req.finished_reason = abort_reason("the server is at capacity; retry later", 503)
@@ -124,6 +157,9 @@ class Scheduler:
             self.waiting.append(req)
             return
         self.pending_output.append(req)
+
+    def handle_embed(self, msg: TokenizedEmbeddingReqInput) -> None:
+        self.embed_queue.append(msg)
 
     def handle_abort(self, msg: AbortReq) -> None:
         if msg.abort_all_of is not None:
@@ -151,7 +187,7 @@ class Scheduler:
         self.reqs.pop(req.rid, None)
         if req in self.running:
             self.running.remove(req)
-            self.engine.finish_request(req)
+            self.models[req.model].engine.finish_request(req)
         else:
             try:
                 self.waiting.remove(req)
@@ -187,22 +223,11 @@ class Scheduler:
         limit = self.server_args.max_running_requests
         while self.waiting and len(self.running) < limit:
             req = self.waiting.popleft()
-            self.engine.add_request(req)
+            self.models[req.model].engine.add_request(req)
             self.running.append(req)
-        batch = self.running
-        try:
-            tokens = self.engine.step(batch)
-            if len(tokens) != len(batch):
-                raise RuntimeError(f"engine returned {len(tokens)} tokens for a batch of {len(batch)}")
-        except Exception as e:
-            logger.exception("engine step failed; aborting its batch")
-            for req in list(batch):
-                self.abort(req, abort_reason(f"engine error: {type(e).__name__}: {e}", 500))
-            self.send_outputs([])
-            return
-        for req, tok in zip(batch, tokens):
-            req.output_ids.append(tok)
-            req.new_ids = [tok]
+        for name, group in by_model(self.running).items():
+            self.step_model(self.models[name], group)
+        batch = [r for r in self.running if r.new_ids]
         self.check_finished(batch)
         self.running = []
         for req in batch:
@@ -210,8 +235,27 @@ class Scheduler:
                 self.running.append(req)
             else:
                 self.reqs.pop(req.rid, None)
-                self.engine.finish_request(req)
+                self.models[req.model].engine.finish_request(req)
         self.send_outputs(batch)
+
+    def step_model(self, rt: ModelRuntime, group: List[Req]) -> None:
+        """One engine step for one model's requests; a failing engine fails only them."""
+        try:
+            tokens = rt.engine.step(group)
+            if len(tokens) != len(group):
+                raise RuntimeError(f"engine returned {len(tokens)} tokens for a batch of {len(group)}")
+        except NotImplementedError as e:  # e.g. an embedding model asked to generate
+            for req in group:
+                self.abort(req, abort_reason(f"{rt.name}: {e}", 400))
+            return
+        except Exception as e:
+            logger.exception("engine step of %s failed; aborting its batch", rt.name)
+            for req in group:
+                self.abort(req, abort_reason(f"engine error: {type(e).__name__}: {e}", 500))
+            return
+        for req, tok in zip(group, tokens):
+            req.output_ids.append(tok)
+            req.new_ids = [tok]
 
     def check_finished(self, batch: Sequence[Req]) -> None:
         with_stops = []
@@ -219,7 +263,7 @@ class Scheduler:
             sp, tok = req.sampling_params, req.output_ids[-1]
             n = len(req.output_ids)
             if n >= sp.min_new_tokens:
-                if tok in sp.stop_token_ids or (not sp.ignore_eos and tok in self.eos_ids):
+                if tok in sp.stop_token_ids or (not sp.ignore_eos and tok in self.models[req.model].eos_ids):
                     req.finished_reason = {"type": "stop", "matched": tok}
                     continue
             if req.decode is not None:
@@ -227,10 +271,10 @@ class Scheduler:
                 with_stops.append(req)
             if n >= sp.max_new_tokens:
                 req.finished_reason = {"type": "length", "length": n}
-        if with_stops:
-            final = [r.finished_reason is not None for r in with_stops]
-            self.decoder.step([r.decode for r in with_stops], final)
-            for req in with_stops:
+        for name, group in by_model(with_stops).items():
+            final = [r.finished_reason is not None for r in group]
+            self.models[name].decoder.step([r.decode for r in group], final)
+            for req in group:
                 text = req.decode.text + req.decode.pending
                 start, req.checked = req.checked, len(text)
                 if len(req.output_ids) < req.sampling_params.min_new_tokens:
@@ -246,6 +290,8 @@ class Scheduler:
         if not reqs:
             return
         out = BatchTokenIDOutput(rids=[r.rid for r in reqs], http_worker_ipcs=[r.http_worker_ipc for r in reqs])
+        if len(self.models) > 1:
+            out.models = [r.model for r in reqs]
         for r in reqs:
             sp = r.sampling_params
             out.finished_reasons.append(r.finished_reason)
@@ -261,16 +307,30 @@ class Scheduler:
         self.send_to_detokenizer.send(out)
 
     def run_embeddings(self) -> None:
-        batch, self.embed_queue = self.embed_queue, []
-        out = BatchEmbeddingOutput(rids=[r.rid for r in batch], http_worker_ipcs=[r.http_worker_ipc for r in batch])
-        try:
-            out.embeddings = [list(map(float, v)) for v in self.engine.embed(batch)]
-            out.finished_reasons = [{"type": "stop"} for _ in batch]
-        except Exception as e:
-            logger.warning("embedding failed: %s", e)
-            out.embeddings = [[] for _ in batch]
-            status = 400 if isinstance(e, NotImplementedError) else 500
-            out.finished_reasons = [abort_reason(str(e), status) for _ in batch]
+        """Embed everything queued, one engine call per model, one message in all."""
+        queued, self.embed_queue = self.embed_queue, []
+        for r in queued:
+            r.model = r.model or self.default_model
+        batch: List[TokenizedEmbeddingReqInput] = []
+        out = BatchEmbeddingOutput()
+        for name, group in by_model(queued).items():
+            batch += group
+            rt = self.models.get(name)
+            try:
+                if rt is None:
+                    raise LookupError(f"unknown model {name!r}")
+                vectors = rt.engine.embed(group)
+                if len(vectors) != len(group):
+                    raise RuntimeError(f"engine returned {len(vectors)} embeddings for {len(group)} inputs")
+                out.embeddings += [list(map(float, v)) for v in vectors]
+                out.finished_reasons += [{"type": "stop"} for _ in group]
+            except Exception as e:
+                logger.warning("embedding with %s failed: %s", name, e)
+                status = 404 if rt is None else 400 if isinstance(e, NotImplementedError) else 500
+                out.embeddings += [[] for _ in group]
+                out.finished_reasons += [abort_reason(str(e), status) for _ in group]
+        out.rids = [r.rid for r in batch]
+        out.http_worker_ipcs = [r.http_worker_ipc for r in batch]
         out.prompt_tokens = [len(r.input_ids) for r in batch]
         self.send_to_detokenizer.send(out)
 
@@ -278,6 +338,6 @@ class Scheduler:
 def run_scheduler_process(shm_name: str, authkey: bytes, parent_pid: int, ready_conn) -> None:
     server_args, port_args = read_args(shm_name)
     with ChildBoot("scheduler", parent_pid, ready_conn, server_args.log_level):
-        scheduler = Scheduler(server_args, port_args, authkey)
+        scheduler = Scheduler(server_args, port_args, authkey, StatusBoard.attach(status_shm_name(parent_pid)))
     on_signal(signal.SIGTERM, lambda: exit_now(0))
     scheduler.event_loop()

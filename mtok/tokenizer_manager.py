@@ -17,6 +17,7 @@ import queue
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional
 
 from .args import PortArgs, ServerArgs
@@ -32,7 +33,9 @@ from .io_struct import (
     TokenizedGenerateReqInput,
 )
 from .ipc import Receiver, Sender, SenderWrapper
-from .tokenizer import load_tokenizer
+from .metrics import Metrics
+from .models import load_tokenizers
+from .tokenizer import Tokenizer
 from .validate import APIError, bad
 
 logger = logging.getLogger(__name__)
@@ -55,7 +58,8 @@ class ReqState:
         "prompt_tokens", "completion_tokens", "created", "first_token_at", "embedding",
     )
 
-    def __init__(self, rid: str, index: int, mailbox: "queue.SimpleQueue[Any]", stream: bool, prompt_tokens: int):
+    def __init__(self, rid: str, index: int, mailbox: "queue.SimpleQueue[Any]", stream: bool, prompt_tokens: int,
+                 created: Optional[float] = None):
         self.rid = rid
         self.index = index
         self.mailbox = mailbox
@@ -65,7 +69,7 @@ class ReqState:
         self.finished_reason: Optional[Dict[str, Any]] = None
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = 0
-        self.created = time.monotonic()
+        self.created = time.monotonic() if created is None else created
         self.first_token_at: Optional[float] = None
         self.embedding: Optional[List[float]] = None
 
@@ -88,14 +92,18 @@ class TokenizerManager:
         self.server_args = server_args
         self.port_args = port_args
         self.authkey = authkey
-        self.tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.tokenizer_backend)
-        self.model_name = server_args.model_name
-        self.context_length = (
-            server_args.context_length or self.tokenizer.max_model_len or DEFAULT_CONTEXT_LENGTH
-        )
+        specs = server_args.model_specs()
+        tokenizers = load_tokenizers(specs, server_args.tokenizer_backend)
+        self.models: Dict[str, ModelEntry] = {
+            s.name: ModelEntry(s.name, tokenizers[s.name],
+                               server_args.context_length or tokenizers[s.name].max_model_len or DEFAULT_CONTEXT_LENGTH)
+            for s in specs
+        }
+        self.default_model = self.models[specs[0].name]
         self.rid_to_state: Dict[str, ReqState] = {}
         self.rpc_waiters: Dict[str, "queue.SimpleQueue[RpcOutput]"] = {}
         self.failure: Optional[str] = None
+        self.metrics = Metrics()  # the HTTP frontend shares its own
         self.recv_from_detokenizer = Receiver(self.result_ipc_name, authkey)
         self.send_to_scheduler = self.make_sender()
         self._dispatch = {
@@ -114,14 +122,30 @@ class TokenizerManager:
     def make_sender(self) -> Any:
         return Sender(self.port_args.scheduler_input_ipc_name, self.authkey)
 
+    # -- models --------------------------------------------------------------------
+    def model(self, name: Optional[str]) -> "ModelEntry":
+        """The model a request names; None means the default (the first)."""
+        if name is None:
+            return self.default_model
+        entry = self.models.get(name)
+        if entry is None:
+            raise APIError(f"the model {name!r} does not exist; this server has "
+                           f"{', '.join(map(repr, self.models))}", 404, param="model")
+        return entry
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.default_model.tokenizer
+
     # -- requests ------------------------------------------------------------------
     def tokenize_request(self, obj: GenerateReqInput) -> List[TokenizedGenerateReqInput]:
+        model = self.model(obj.model)
         if obj.text is not None:
             texts = obj.text if obj.is_batch else [obj.text]
-            prompts = self.tokenizer.encode_batch(texts)  # type: ignore[arg-type]
+            prompts = model.tokenizer.encode_batch(texts)  # type: ignore[arg-type]
         else:
             prompts = obj.input_ids if obj.is_batch else [obj.input_ids]  # type: ignore[list-item]
-            self.check_ids(prompts, "input_ids")  # type: ignore[arg-type]
+            model.check_ids(prompts, "input_ids")  # type: ignore[arg-type]
         rids = obj.rid if isinstance(obj.rid, list) else [obj.rid] if obj.rid else None
         out = []
         for i, ids in enumerate(prompts):
@@ -129,39 +153,34 @@ class TokenizerManager:
             where = f" (prompt {i})" if obj.is_batch else ""
             if not ids:
                 raise bad(f"the prompt is empty{where}", "text" if obj.text is not None else "input_ids")
-            if len(ids) + sp.max_new_tokens > self.context_length:
+            if len(ids) + sp.max_new_tokens > model.context_length:
                 raise bad(
-                    f"this model's maximum context length is {self.context_length} tokens; the prompt has "
+                    f"this model's maximum context length is {model.context_length} tokens; the prompt has "
                     f"{len(ids)} and {sp.max_new_tokens} more were requested{where}",
                     "max_new_tokens",
                 )
-            self.check_ids([sp.stop_token_ids], "stop_token_ids")
+            model.check_ids([sp.stop_token_ids], "stop_token_ids")
             rid = rids[i] if rids else uuid.uuid4().hex
             out.append(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp, stream=obj.stream,
-                                                 model=obj.model))
+                                                 model=model.name))
         return out
-
-    def check_ids(self, seqs: List[List[int]], param: str) -> None:
-        n = self.tokenizer.vocab_size
-        for ids in seqs:
-            for t in ids:
-                if not 0 <= t < n:
-                    raise bad(f"token id {t} is out of range for a vocabulary of {n}", param)
 
     def generate_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> Iterator[ReqState]:
         """Yield each request's state as it changes (every step when streaming,
         else once at the end), until all have finished.  Closing the iterator
         early aborts whatever has not finished."""
+        arrived = time.monotonic()  # latency and TTFT count tokenization too
         reqs = self.tokenize_request(obj)
-        return self._run(reqs, obj.stream, watch)
+        return self._run(reqs, obj.stream, watch, arrived)
 
-    def _run(self, reqs: List[Any], stream: bool, watch: Optional[Any]) -> Iterator[ReqState]:
+    def _run(self, reqs: List[Any], stream: bool, watch: Optional[Any], arrived: Optional[float] = None
+             ) -> Iterator[ReqState]:
         mailbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         states = []
         for i, r in enumerate(reqs):
             if r.rid in self.rid_to_state or any(s.rid == r.rid for s in states):
                 raise bad(f"request id {r.rid!r} is already in use", "rid")
-            states.append(ReqState(r.rid, i, mailbox, stream, len(r.input_ids)))
+            states.append(ReqState(r.rid, i, mailbox, stream, len(r.input_ids), arrived))
         self._check_alive()
         for st in states:
             self.rid_to_state[st.rid] = st
@@ -197,16 +216,25 @@ class TokenizerManager:
         if self.failure:
             raise APIError(self.failure, 503)
 
-    def embed_request(self, prompts: List[List[int]], model: Optional[str] = None) -> List[ReqState]:
-        self.check_ids(prompts, "input")
+    def embed_request(self, inputs: List[Any], model_name: Optional[str], watch: Optional[Any] = None
+                      ) -> List[ReqState]:
+        """Embed texts or token lists; the states come back in input order."""
+        model = self.model(model_name)
+        texts = [x for x in inputs if isinstance(x, str)]
+        encoded = iter(model.tokenizer.encode_batch(texts) if texts else [])
+        prompts = [next(encoded) if isinstance(x, str) else x for x in inputs]
+        model.check_ids(prompts, "input")
         reqs = []
         for ids in prompts:
             if not ids:
                 raise bad("an input is empty", "input")
-            if len(ids) > self.context_length:
-                raise bad(f"an input has {len(ids)} tokens; the maximum is {self.context_length}", "input")
-            reqs.append(TokenizedEmbeddingReqInput(rid=uuid.uuid4().hex, input_ids=ids, model=model))
-        return [st for st in self._run(reqs, False, None)]
+            if len(ids) > model.context_length:
+                raise bad(f"an input has {len(ids)} tokens; the maximum is {model.context_length}", "input")
+            reqs.append(TokenizedEmbeddingReqInput(rid=uuid.uuid4().hex, input_ids=ids, model=model.name))
+        states: List[Optional[ReqState]] = [None] * len(reqs)
+        for st in self._run(reqs, False, watch):
+            states[st.index] = st
+        return states  # type: ignore[return-value]
 
     def abort_request(self, rid: str) -> None:
         try:
@@ -264,6 +292,8 @@ class TokenizerManager:
                 st.finished_reason = reason
                 self.rid_to_state.pop(rid, None)
                 st.mailbox.put(st)
+                ttft = st.first_token_at - st.created if st.first_token_at is not None else None
+                self.metrics.observe_tokens(st.prompt_tokens, st.completion_tokens, ttft)
             elif st.stream:
                 st.mailbox.put(st)
 
@@ -295,6 +325,20 @@ class TokenizerManager:
     @property
     def num_in_flight(self) -> int:
         return len(self.rid_to_state)
+
+
+@dataclass
+class ModelEntry:
+    name: str
+    tokenizer: Tokenizer
+    context_length: int
+
+    def check_ids(self, seqs: List[List[int]], param: str) -> None:
+        n = self.tokenizer.vocab_size
+        for ids in seqs:
+            for t in ids:
+                if not 0 <= t < n:
+                    raise bad(f"token id {t} is out of range for a vocabulary of {n}", param)
 
 
 class TokenizerWorker(TokenizerManager):
