@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, Optional
 from urllib.parse import urlsplit
 
+from .metrics import Metrics
 from .tokenizer_manager import ClientDisconnected
 from .validate import APIError, parse_json
 
@@ -203,6 +204,7 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.watcher = DisconnectWatcher()
         self.deadlines = ReadDeadlines(timeout)
         self.tick: Optional[Callable[[], None]] = None
+        self.metrics = Metrics()
         self.max_connections = max_connections
         self.connections = 0
         self.draining = False  # set on graceful stop: new requests are turned away
@@ -287,10 +289,19 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
 
     def dispatch(self) -> None:
         self.server.count(1)
+        start = time.monotonic()
+        self.status = 0
         try:
             self._dispatch()
         finally:
             self.server.count(-1)
+            path = self.path.partition("?")[0]
+            endpoint = path if path in self.server.routes else "other"
+            self.server.metrics.observe_request(endpoint, self.status, time.monotonic() - start)
+
+    def send_response(self, code: int, message: Optional[str] = None) -> None:
+        self.status = code
+        super().send_response(code, message)
 
     def _dispatch(self) -> None:
         path, _, query = self.path.partition("?")
@@ -392,15 +403,21 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def write(self, result: Any) -> None:
         if isinstance(result, EventStream):
             self.send_events(result)
+        elif isinstance(result, Response) and isinstance(result.body, str):
+            self.send_text(result.body, result.status, result.headers)
         elif isinstance(result, Response):
             self.send_json(result.body, result.status, result.headers)
         else:
             self.send_json(result)
 
     def send_json(self, body: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> None:
-        data = json.dumps(body, ensure_ascii=False).encode()
+        self.send_text(json.dumps(body, ensure_ascii=False), status, {"Content-Type": "application/json", **(headers or {})})
+
+    def send_text(self, text: str, status: int = 200, headers: Optional[Dict[str, str]] = None) -> None:
+        data = text.encode()
+        headers = dict(headers or {})
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", headers.pop("Content-Type", "text/plain; charset=utf-8"))
         self.send_header("Content-Length", str(len(data)))
         self._common_headers(headers)
         self.end_headers()

@@ -21,7 +21,7 @@ from .args import SHM_PREFIX, attach_shm, create_shm
 _HEADER = struct.Struct("<4sHHBxxxIQ")  # magic, version, nslots, state, restarts, started_ns
 _SLOT = struct.Struct("<IBxxxQQ128s")  # pid, state, heartbeat_ns, served, IPC name
 HEADER_SIZE = 64
-SLOT_SIZE = 4096  # room after the fixed fields for per-process counters (metrics)
+SLOT_SIZE = 16384  # room after the fixed fields for the process's metrics snapshot
 SLOT_EXTRA = SLOT_SIZE - _SLOT.size
 _MAGIC = b"MTOK"
 

@@ -18,6 +18,7 @@ from typing import Optional
 from .api import Api
 from .args import ServerArgs, read_args
 from .http_server import HTTPServer, make_listen_socket
+from .metrics import publish
 from .procutil import ChildBoot, exit_now, on_signal
 from .status import StatusBoard
 from .tokenizer_manager import TokenizerManager, TokenizerWorker
@@ -32,14 +33,17 @@ class HttpFrontend:
         self.api = Api(tm, board, slot)
         self.httpd = HTTPServer(sock, self.api, args.api_key, args.max_request_bytes, args.http_timeout,
                                 args.max_connections)
+        tm.metrics = self.api.metrics = self.httpd.metrics
         self.board, self.slot = board, slot
         self.httpd.tick = self.tick
         self._thread: Optional[threading.Thread] = None
 
     def tick(self) -> None:
-        """Called by the serving loop at least every poll interval: proof of life."""
+        """Called by the serving loop at least every poll interval: proof of
+        life, and this worker's counters for whoever answers /metrics."""
         self.board.heartbeat(self.slot)
         self.board.set_served(self.slot, self.httpd.served)
+        publish(self.board.extra(self.slot), self.httpd.metrics.snapshot())
 
     def start(self) -> None:
         self._thread = threading.Thread(
