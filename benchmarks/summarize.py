@@ -59,6 +59,7 @@ def machine(folder: str) -> str:
 COMPARE_ROWS = [
     ("requests/s", "requests_per_s"), ("output tokens/s", "output_tokens_per_s"),
     ("server CPU ms/request", "server_cpu_ms_per_request"), ("server cores busy", "server_cores_busy"),
+    ("client cores busy", "client_cores_busy"),
     ("TTFT p50 ms", "ttft_ms.p50"), ("ITL p50 ms", "itl_ms.p50"), ("e2e p50 ms", "e2e_ms.p50"),
     ("e2e p90 ms", "e2e_ms.p90"), ("e2e p99 ms", "e2e_ms.p99"), ("errors", "errors"),
 ]

@@ -256,9 +256,10 @@ def client_main(spec: ClientSpec, pipe: Any, progress: Any) -> None:
         return
     pipe.send(("ready", None))
     t0, warm_end, end = pipe.recv()
-    cpu0 = time.process_time()
+    cpu0, wall0 = time.process_time(), time.monotonic()
     records = loop.run(t0, warm_end, end)
-    pipe.send(("done", (records, time.process_time() - cpu0)))
+    answered = progress[2 * spec.index]  # warm-up and drain included, like the CPU time
+    pipe.send(("done", (records, time.process_time() - cpu0, time.monotonic() - wall0, answered)))
 
 
 def _split(total: int, parts: int, i: int) -> int:
@@ -346,16 +347,33 @@ def _drive(workload: Workload, pipes: List[Any], counters: Any, tree: Optional[P
             pending.remove(p)
         if not ready:
             show.tick("run" if end is None or time.monotonic() < end else "drain")
-    records, client_cpu = Records(), 0.0
-    for rec, cpu in results:
+    records, client = Records(), ClientCost()
+    for rec, cpu, wall, answered in results:
         records.merge(rec)
-        client_cpu += cpu
+        client.add(cpu, wall, answered)
     if end is None:
         cpu1 = tree.cpu_seconds() if tree else None
         window = (max(records.end) if len(records.end) else time.monotonic()) - warm_end
     show.tick("done")
     server_cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
-    return summarize(records, window, server_cpu, client_cpu)
+    return summarize(records, window, server_cpu, client)
+
+
+class ClientCost:
+    """The client processes' own CPU: per request, and as cores kept busy."""
+
+    def __init__(self) -> None:
+        self.cpu = self.cores = 0.0
+        self.answered = 0
+
+    def add(self, cpu: float, wall: float, answered: int) -> None:
+        self.cpu += cpu
+        self.cores += cpu / max(wall, 1e-9)
+        self.answered += answered
+
+    @property
+    def ms_per_request(self) -> Optional[float]:
+        return round(1000 * self.cpu / self.answered, 4) if self.answered else None
 
 
 def _sleep_until(deadline: float, tick: Any) -> None:

@@ -33,7 +33,7 @@ def distribution_ms(values: Sequence[float]) -> Optional[Dict[str, float]]:
     return out
 
 
-def summarize(records: Any, window: float, server_cpu: Optional[float], client_cpu: float) -> Dict[str, Any]:
+def summarize(records: Any, window: float, server_cpu: Optional[float], client: Any) -> Dict[str, Any]:
     n = len(records.end)
     window = max(window, 1e-9)
     e2e = [b - a for a, b in zip(records.start, records.end)]
@@ -55,7 +55,8 @@ def summarize(records: Any, window: float, server_cpu: Optional[float], client_c
         "server_cpu_s": None if server_cpu is None else round(server_cpu, 3),
         "server_cpu_ms_per_request": None if server_cpu is None or not n else round(1000 * server_cpu / n, 4),
         "server_cores_busy": None if server_cpu is None else round(server_cpu / window, 2),
-        "client_cpu_ms_per_request": round(1000 * client_cpu / n, 4) if n else None,
+        "client_cpu_ms_per_request": client.ms_per_request,
+        "client_cores_busy": round(client.cores, 2),  # summed over the client processes
     }
 
 
@@ -143,5 +144,6 @@ def describe_load(result: Dict[str, Any]) -> str:
         lines.append(f"server CPU: {result['server_cpu_s']:.2f} s = {result['server_cpu_ms_per_request']} ms/request "
                      f"({result['server_cores_busy']} cores busy)")
     if result.get("client_cpu_ms_per_request") is not None:
-        lines.append(f"client CPU: {result['client_cpu_ms_per_request']} ms/request")
+        lines.append(f"client CPU: {result['client_cpu_ms_per_request']} ms/request "
+                     f"({result['client_cores_busy']} cores busy)")
     return "\n".join(lines)
