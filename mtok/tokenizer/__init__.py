@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Sequence
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence
 
 BACKENDS = ("auto", "hf", "python")
 
@@ -172,6 +172,25 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path!r} vocab={self.vocab_size}>"
+
+
+class LibraryTokenizer(Tokenizer):
+    """A backend over an object with the ``tokenizers.Tokenizer`` API (``self._tok``):
+    the library itself, or mtok's runtime, which mirrors it."""
+
+    _tok: Any
+
+    def _vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def _added_tokens(self) -> Dict[int, tuple]:
+        return {i: (t.content, t.special) for i, t in self._tok.get_added_tokens_decoder().items()}
+
+    def id_to_token(self, token_id: int) -> Optional[str]:
+        return self._tok.id_to_token(token_id)
+
+    def token_to_id(self, token: str) -> Optional[int]:
+        return self._tok.token_to_id(token)
 
 
 def hf_available() -> bool:

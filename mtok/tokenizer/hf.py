@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import List, Sequence
 
-from . import Tokenizer, TokenizerError, TokenizerFiles
+from . import LibraryTokenizer, TokenizerError, TokenizerFiles
 
 # encode() holds the GIL for the whole call; encode_batch_fast releases it, and
 # without parallelism it does so without spawning a Rayon pool per process.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-class HFTokenizer(Tokenizer):
+class HFTokenizer(LibraryTokenizer):
     backend = "hf"
 
     def __init__(self, files: TokenizerFiles):
@@ -31,12 +31,6 @@ class HFTokenizer(Tokenizer):
         self._encode_batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
         super().__init__(files)
 
-    def _vocab_size(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
-
-    def _added_tokens(self) -> Dict[int, tuple]:
-        return {i: (t.content, t.special) for i, t in self._tok.get_added_tokens_decoder().items()}
-
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> List[List[int]]:
         return [e.ids for e in self._encode_batch(list(texts), add_special_tokens=add_special_tokens)]
 
@@ -44,9 +38,3 @@ class HFTokenizer(Tokenizer):
         if len(seqs) == 1:
             return [self._tok.decode(list(seqs[0]), skip_special_tokens=skip_special_tokens)]
         return self._tok.decode_batch([list(s) for s in seqs], skip_special_tokens=skip_special_tokens)
-
-    def id_to_token(self, token_id: int) -> Optional[str]:
-        return self._tok.id_to_token(token_id)
-
-    def token_to_id(self, token: str) -> Optional[int]:
-        return self._tok.token_to_id(token)

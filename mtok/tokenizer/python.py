@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import List, Sequence
 
-from . import Tokenizer, TokenizerError, TokenizerFiles
+from . import LibraryTokenizer, TokenizerError, TokenizerFiles
 from .pyrt import Tokenizer as Runtime
 
 
-class PyTokenizer(Tokenizer):
+class PyTokenizer(LibraryTokenizer):
     backend = "python"
 
     def __init__(self, files: TokenizerFiles):
@@ -21,20 +21,8 @@ class PyTokenizer(Tokenizer):
         self._tok.truncation = self._tok.padding = None  # as hf.py: never truncate or pad prompts
         super().__init__(files)
 
-    def _vocab_size(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
-
-    def _added_tokens(self) -> Dict[int, tuple]:
-        return {i: (t.content, t.special) for i, t in self._tok.get_added_tokens_decoder().items()}
-
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> List[List[int]]:
         return self._tok.encode_batch(texts, add_special_tokens)
 
     def _decode_batch(self, seqs: Sequence[Sequence[int]], skip_special_tokens: bool) -> List[str]:
         return self._tok.decode_batch(seqs, skip_special_tokens)
-
-    def id_to_token(self, token_id: int) -> Optional[str]:
-        return self._tok.id_to_token(token_id)
-
-    def token_to_id(self, token: str) -> Optional[int]:
-        return self._tok.token_to_id(token)
