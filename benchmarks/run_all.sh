@@ -26,6 +26,10 @@ uptime | tee "$OUT/uptime.txt"
 # 1. tokenization-heavy /generate: 2 KB prompts (400 tokens of the built-in tokenizer), 1 output token
 bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --endpoint generate --input-len 400 --output-len 1 \
   --concurrency 32 --label "tokenization-heavy /generate" --json "$OUT/compare-generate-2kb.json"
+# 1b. the same with mtok on its own pure-Python tokenizer runtime (the peer keeps `tokenizers`)
+bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --endpoint generate --input-len 400 --output-len 1 \
+  --concurrency 32 --tokenizer-backend python --label "tokenization-heavy /generate, mtok's python runtime" \
+  --json "$OUT/compare-generate-2kb-pyrt.json"
 # 2. streaming: 16-token prompts, 256 output tokens, 64 streams at once
 bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --endpoint completions --stream --input-len 16 \
   --output-len 256 --concurrency 64 --label "streaming /v1/completions" --json "$OUT/compare-stream.json"

@@ -126,6 +126,7 @@ def soak_summary(doc: Dict[str, Any]) -> str:
 
 SECTIONS = [
     ("compare-generate-2kb", "Tokenization-heavy /generate, one worker", compare_table),
+    ("compare-generate-2kb-pyrt", "The same, mtok on its pure-Python tokenizer runtime", compare_table),
     ("compare-stream", "Streaming, one worker", compare_table),
     ("compare-tokenize", "/tokenize of a short prompt, one worker", compare_table),
     ("compare-latency", "Pipeline latency at concurrency 1", compare_table),

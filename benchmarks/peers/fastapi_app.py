@@ -138,6 +138,16 @@ def check(ids: List[int], max_new: int) -> Optional[JSONResponse]:
     return None
 
 
+async def collect(steps: AsyncIterator[Tuple]) -> Tuple[List[int], Any]:
+    """Every token of a non-streaming request, and how it finished."""
+    out: List[int] = []
+    finish = None
+    async for tok, finish, _ in steps:
+        if tok is not None:
+            out.append(tok)
+    return out, finish
+
+
 def sse(obj: Any) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
@@ -171,11 +181,7 @@ async def generate(req: GenerateRequest):
         return {"text": text, "output_ids": list(out), "meta_info": meta}
 
     if not req.stream:
-        out: List[int] = []
-        finish = None
-        async for tok, finish, _ in steps:
-            if tok is not None:
-                out.append(tok)
+        out, finish = await collect(steps)
         return JSONResponse(result(TOKENIZER.decode(out, skip_special_tokens=sp.skip_special_tokens), out, finish))
 
     async def events() -> AsyncIterator[str]:
@@ -207,11 +213,7 @@ async def completions(req: CompletionRequest):
         return {"prompt_tokens": len(ids), "completion_tokens": n_out, "total_tokens": len(ids) + n_out}
 
     if not req.stream:
-        out: List[int] = []
-        finish = None
-        async for tok, finish, _ in steps:
-            if tok is not None:
-                out.append(tok)
+        out, finish = await collect(steps)
         choice = {"index": 0, "text": TOKENIZER.decode(out, skip_special_tokens=req.skip_special_tokens),
                   "logprobs": None, "finish_reason": finish["type"], "stop_reason": finish.get("matched")}
         return JSONResponse(dict(head, choices=[choice], usage=usage(len(out))))
