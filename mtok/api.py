@@ -203,10 +203,12 @@ class Api(OpenAIRoutes):
             scheduler = self.tm.rpc("get_state")
         except APIError as e:
             scheduler = {"error": e.message}
+        main_pid = os.getppid() if self.args.tokenizer_worker_num > 1 else os.getpid()
         return {
             "version": __version__,
+            "pid": main_pid,
             "state": self.board.state.name.lower(),
-            "processes": {"main": os.getppid() if self.args.tokenizer_worker_num > 1 else os.getpid(),
+            "processes": {"main": main_pid,
                           "scheduler": self.board.slot(SCHEDULER_SLOT).pid,
                           "detokenizer": self.board.slot(DETOKENIZER_SLOT).pid},
             "tokenizer_worker_num": self.args.tokenizer_worker_num,
