@@ -189,3 +189,42 @@ def test_target_parsing():
     assert Target.from_url("[::1]:9").host == "::1"
     with pytest.raises(ValueError):
         Target.from_url("https://example.invalid")
+
+
+def test_the_peer_answers_like_mtok():
+    """Same endpoints, same shapes, same echo: the comparison compares like with like."""
+    from mtok.bench.servers import ServerConfig, ServerProcess
+
+    python = peer_python()
+    bodies = [
+        ("/generate", {"text": "The quick brown fox", "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}}),
+        ("/v1/completions", {"prompt": "jumps over the lazy dog", "max_tokens": 5, "ignore_eos": True}),
+        ("/tokenize", {"prompt": "héllo wörld 👋"}),
+        ("/generate", {"text": "streamed text", "stream": True, "sampling_params": {"max_new_tokens": 7}}),
+    ]
+    answers = {}
+    for kind in ("mtok", "fastapi"):
+        with ServerProcess(ServerConfig(kind=kind, python=python)) as srv:
+            client = Server.__new__(Server)  # conftest's HTTP helpers, pointed at this server
+            client.host, client.port = srv.target.host, srv.target.port
+            got = []
+            for path, body in bodies:
+                if body.get("stream"):
+                    events = client.stream(path, body)
+                    # mtok folds updates that come faster than they are written into one
+                    # event, so only the final state is compared
+                    assert events[-1] == "[DONE]"
+                    got.append((events[-2]["text"], events[-2]["output_ids"]))
+                else:
+                    status, reply = client.post(path, body)
+                    assert status == 200, reply
+                    got.append(reply)
+            answers[kind] = got
+    mine, peer = answers["mtok"], answers["fastapi"]
+    for k in ("text", "output_ids"):
+        assert mine[0][k] == peer[0][k]
+    assert mine[0]["meta_info"]["completion_tokens"] == peer[0]["meta_info"]["completion_tokens"] == 6
+    assert mine[1]["choices"][0]["text"] == peer[1]["choices"][0]["text"]
+    assert mine[1]["usage"] == peer[1]["usage"]
+    assert mine[2]["tokens"] == peer[2]["tokens"] and mine[2]["count"] == peer[2]["count"]
+    assert mine[3] == peer[3]

@@ -162,13 +162,13 @@ def discover_root_pid(target: Target) -> Optional[int]:
     info = get_json(target, "/get_server_info")
     if not isinstance(info, dict) or not proc_available():
         return None
-    pid = info.get("pid") or info.get("this_worker_pid")
+    pid = info.get("pid")  # the supervisor, where the server reports it
+    if not isinstance(pid, int):
+        pid = info.get("this_worker_pid")
+        if isinstance(pid, int) and info.get("tokenizer_worker_num", 1) > 1:
+            pid = parent_of(pid)  # workers are children of the supervisor
     if not isinstance(pid, int) or not os.path.exists(f"/proc/{pid}"):
         return None  # not on this machine
-    if info.get("tokenizer_worker_num", 1) > 1:
-        parent = parent_of(pid)  # workers are children of the supervisor
-        if parent and parent > 1:
-            pid = parent
     return pid
 
 
