@@ -12,6 +12,7 @@ requests go and where results come back: its own IPC name, and a
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -41,6 +42,7 @@ from .validate import APIError, bad
 logger = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT_LENGTH = 65536
+WATCH_AFTER = 0.05  # seconds a request waits before its connection is watched for hang-ups
 
 
 class ClientDisconnected(Exception):
@@ -100,6 +102,8 @@ class TokenizerManager:
             for s in specs
         }
         self.default_model = self.models[specs[0].name]
+        self._rid_prefix = uuid.uuid4().hex[:16]
+        self._rid_counter = itertools.count()
         self.rid_to_state: Dict[str, ReqState] = {}
         self.rpc_waiters: Dict[str, "queue.SimpleQueue[RpcOutput]"] = {}
         self.failure: Optional[str] = None
@@ -133,6 +137,10 @@ class TokenizerManager:
                            f"{', '.join(map(repr, self.models))}", 404, param="model")
         return entry
 
+    def new_rid(self) -> str:
+        """Unique in the server: a random prefix per process, then a counter."""
+        return f"{self._rid_prefix}{next(self._rid_counter):x}"
+
     @property
     def tokenizer(self) -> Tokenizer:
         return self.default_model.tokenizer
@@ -160,7 +168,7 @@ class TokenizerManager:
                     "max_new_tokens",
                 )
             model.check_ids([sp.stop_token_ids], "stop_token_ids")
-            rid = rids[i] if rids else uuid.uuid4().hex
+            rid = rids[i] if rids else self.new_rid()
             out.append(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp, stream=obj.stream,
                                                  model=model.name))
         return out
@@ -184,14 +192,23 @@ class TokenizerManager:
         self._check_alive()
         for st in states:
             self.rid_to_state[st.rid] = st
-        if watch is not None:
-            watch.start(lambda: mailbox.put(_DISCONNECTED))
         done = set()
+        watching = False
         try:
             for r in reqs:
                 self._send(r)
             while len(done) < len(states):
-                st = mailbox.get()
+                if watch is None or watching:
+                    st = mailbox.get()
+                else:
+                    # Most requests are answered within milliseconds; only those
+                    # still waiting are worth watching for a client hang-up.
+                    try:
+                        st = mailbox.get(timeout=WATCH_AFTER)
+                    except queue.Empty:
+                        watch.start(lambda: mailbox.put(_DISCONNECTED))
+                        watching = True
+                        continue
                 if st is _DISCONNECTED:
                     raise ClientDisconnected()
                 if st.rid in done:
@@ -200,7 +217,7 @@ class TokenizerManager:
                     done.add(st.rid)
                 yield st
         finally:
-            if watch is not None:
+            if watching:
                 watch.stop()
             for st in states:
                 if self.rid_to_state.pop(st.rid, None) is not None and st.rid not in done:
@@ -230,7 +247,7 @@ class TokenizerManager:
                 raise bad("an input is empty", "input")
             if len(ids) > model.context_length:
                 raise bad(f"an input has {len(ids)} tokens; the maximum is {model.context_length}", "input")
-            reqs.append(TokenizedEmbeddingReqInput(rid=uuid.uuid4().hex, input_ids=ids, model=model.name))
+            reqs.append(TokenizedEmbeddingReqInput(rid=self.new_rid(), input_ids=ids, model=model.name))
         states: List[Optional[ReqState]] = [None] * len(reqs)
         for st in self._run(reqs, False, watch):
             states[st.index] = st
@@ -244,7 +261,7 @@ class TokenizerManager:
 
     def rpc(self, method: str, timeout: float = 5.0, **params: Any) -> Any:
         self._check_alive()
-        rid = uuid.uuid4().hex
+        rid = self.new_rid()
         waiter: "queue.SimpleQueue[RpcOutput]" = queue.SimpleQueue()
         self.rpc_waiters[rid] = waiter
         try:

@@ -8,10 +8,9 @@ an error rather than a silent no-op.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .io_struct import GenerateReqInput, SamplingParams
 
@@ -95,21 +94,13 @@ def check_unknown(body: Dict[str, Any], known: Sequence[str], where: str = "") -
         raise bad(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}{where}", unknown[0])
 
 
-def get_bool(body: Dict[str, Any], key: str, default: bool, param: Optional[str] = None) -> bool:
-    v = body.get(key, default)
-    if v is None:
-        return default
+def as_bool(v: Any, name: str) -> bool:
     if not isinstance(v, bool):
-        raise bad(f"'{param or key}' must be a boolean, not {_json_type(v)}", param or key)
+        raise bad(f"'{name}' must be a boolean, not {_json_type(v)}", name)
     return v
 
 
-def get_int(body: Dict[str, Any], key: str, default: Optional[int], lo: Optional[int] = None,
-            hi: Optional[int] = None, param: Optional[str] = None) -> Optional[int]:
-    v = body.get(key)
-    name = param or key
-    if v is None:
-        return default
+def as_int(v: Any, name: str, lo: Optional[int] = None, hi: Optional[int] = None) -> int:
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int):
@@ -121,12 +112,7 @@ def get_int(body: Dict[str, Any], key: str, default: Optional[int], lo: Optional
     return v
 
 
-def get_float(body: Dict[str, Any], key: str, default: float, lo: Optional[float] = None,
-              hi: Optional[float] = None, param: Optional[str] = None) -> float:
-    v = body.get(key)
-    name = param or key
-    if v is None:
-        return default
+def as_float(v: Any, name: str, lo: Optional[float] = None, hi: Optional[float] = None) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise bad(f"'{name}' must be a finite number, not {_json_type(v)}", name)
     if (lo is not None and v < lo) or (hi is not None and v > hi):
@@ -134,13 +120,33 @@ def get_float(body: Dict[str, Any], key: str, default: float, lo: Optional[float
     return float(v)
 
 
+def as_str(v: Any, name: str) -> str:
+    if not isinstance(v, str):
+        raise bad(f"'{name}' must be a string, not {_json_type(v)}", name)
+    return v
+
+
+# get_*: a field of a body, its default when absent or null.
+def get_bool(body: Dict[str, Any], key: str, default: bool, param: Optional[str] = None) -> bool:
+    v = body.get(key)
+    return default if v is None else as_bool(v, param or key)
+
+
+def get_int(body: Dict[str, Any], key: str, default: Optional[int], lo: Optional[int] = None,
+            hi: Optional[int] = None, param: Optional[str] = None) -> Optional[int]:
+    v = body.get(key)
+    return default if v is None else as_int(v, param or key, lo, hi)
+
+
+def get_float(body: Dict[str, Any], key: str, default: float, lo: Optional[float] = None,
+              hi: Optional[float] = None, param: Optional[str] = None) -> float:
+    v = body.get(key)
+    return default if v is None else as_float(v, param or key, lo, hi)
+
+
 def get_str(body: Dict[str, Any], key: str, default: Optional[str] = None, param: Optional[str] = None) -> Optional[str]:
     v = body.get(key)
-    if v is None:
-        return default
-    if not isinstance(v, str):
-        raise bad(f"'{param or key}' must be a string, not {_json_type(v)}", param or key)
-    return v
+    return default if v is None else as_str(v, param or key)
 
 
 def token_list(v: Any, name: str) -> List[int]:
@@ -164,40 +170,47 @@ def stop_list(v: Any, name: str) -> List[str]:
     return v
 
 
-SAMPLING_FIELDS = [f.name for f in dataclasses.fields(SamplingParams)]
+# How each sampling parameter is checked; only the fields a request sends are
+# looked at, the rest keep SamplingParams' defaults.
+SAMPLING_RULES: Dict[str, Callable[[Any, str], Any]] = {
+    "max_new_tokens": lambda v, n: as_int(v, n, 1),
+    "min_new_tokens": lambda v, n: as_int(v, n, 0),
+    "stop": lambda v, n: stop_list(v, n),
+    "stop_token_ids": lambda v, n: token_list(v, n),
+    "ignore_eos": as_bool,
+    "skip_special_tokens": as_bool,
+    "spaces_between_special_tokens": as_bool,
+    "no_stop_trim": as_bool,
+    "temperature": lambda v, n: as_float(v, n, 0.0, 100.0),
+    "top_p": lambda v, n: as_float(v, n, 0.0, 1.0),
+    "top_k": lambda v, n: as_int(v, n, -1),
+    "min_p": lambda v, n: as_float(v, n, 0.0, 1.0),
+    "frequency_penalty": lambda v, n: as_float(v, n, -2.0, 2.0),
+    "presence_penalty": lambda v, n: as_float(v, n, -2.0, 2.0),
+    "repetition_penalty": lambda v, n: as_float(v, n, 0.0, 2.0),
+    "seed": as_int,
+}
 # SGLang accepts these too; mtok takes them and has nothing to do with them.
 _IGNORED_SAMPLING = ("n", "regex", "json_schema", "ebnf", "structural_tag", "logit_bias", "custom_params",
                      "stream_interval", "sampling_seed")
 
 
 def parse_sampling_params(d: Any, prefix: str = "sampling_params.") -> SamplingParams:
+    sp = SamplingParams()
     if d is None:
-        return SamplingParams()
+        return sp
     if not isinstance(d, dict):
         raise bad(f"'{prefix.rstrip('.')}' must be an object, not {_json_type(d)}", prefix.rstrip("."))
-    check_unknown(d, SAMPLING_FIELDS + list(_IGNORED_SAMPLING), f" in {prefix.rstrip('.')}")
-    if d.get("n", 1) not in (1, None):
-        raise bad("only n = 1 is supported", prefix + "n")
-    p = prefix
-    return SamplingParams(
-        max_new_tokens=get_int(d, "max_new_tokens", 128, 1, None, p + "max_new_tokens"),
-        min_new_tokens=get_int(d, "min_new_tokens", 0, 0, None, p + "min_new_tokens"),
-        stop=stop_list(d.get("stop"), p + "stop"),
-        stop_token_ids=token_list(d.get("stop_token_ids") or [], p + "stop_token_ids"),
-        ignore_eos=get_bool(d, "ignore_eos", False, p + "ignore_eos"),
-        skip_special_tokens=get_bool(d, "skip_special_tokens", True, p + "skip_special_tokens"),
-        spaces_between_special_tokens=get_bool(d, "spaces_between_special_tokens", True,
-                                               p + "spaces_between_special_tokens"),
-        no_stop_trim=get_bool(d, "no_stop_trim", False, p + "no_stop_trim"),
-        temperature=get_float(d, "temperature", 1.0, 0.0, 100.0, p + "temperature"),
-        top_p=get_float(d, "top_p", 1.0, 0.0, 1.0, p + "top_p"),
-        top_k=get_int(d, "top_k", -1, -1, None, p + "top_k"),
-        min_p=get_float(d, "min_p", 0.0, 0.0, 1.0, p + "min_p"),
-        frequency_penalty=get_float(d, "frequency_penalty", 0.0, -2.0, 2.0, p + "frequency_penalty"),
-        presence_penalty=get_float(d, "presence_penalty", 0.0, -2.0, 2.0, p + "presence_penalty"),
-        repetition_penalty=get_float(d, "repetition_penalty", 1.0, 0.0, 2.0, p + "repetition_penalty"),
-        seed=get_int(d, "seed", None, None, None, p + "seed"),
-    )
+    for key, value in d.items():
+        rule = SAMPLING_RULES.get(key)
+        if rule is None:
+            if key not in _IGNORED_SAMPLING:
+                check_unknown(d, list(SAMPLING_RULES) + list(_IGNORED_SAMPLING), f" in {prefix.rstrip('.')}")
+            elif key == "n" and value not in (1, None):
+                raise bad("only n = 1 is supported", prefix + "n")
+        elif value is not None:
+            setattr(sp, key, rule(value, prefix + key))
+    return sp
 
 
 GENERATE_FIELDS = ("text", "input_ids", "sampling_params", "stream", "rid", "model", "return_logprob",
