@@ -82,6 +82,8 @@ class Request:
 
 
 MAX_HEADERS = 100
+_JSON = json.JSONEncoder(ensure_ascii=False)  # one encoder, not one per response
+_PID = [os.getpid()]  # this worker's pid, for the X-Mtok-Worker header
 
 
 class Headers(dict):
@@ -182,6 +184,11 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         super().setup()
 
     # http.server calls do_<METHOD>; every method goes through dispatch.
+    def do_GET(self) -> None:
+        self.dispatch()
+
+    do_POST = do_GET
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("do_"):
             return self.dispatch
@@ -257,15 +264,6 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             path = self.path.partition("?")[0]
             endpoint = path if path in self.server.routes else "other"
             self.server.metrics.observe_request(endpoint, self.status, time.monotonic() - start)
-
-    def send_response(self, code: int, message: Optional[str] = None) -> None:
-        self.status = code
-        if logger.isEnabledFor(logging.DEBUG):
-            self.log_request(code)
-        if message is None:
-            message = self.responses.get(code, ("",))[0]
-        self._headers_buffer = [f"{self.protocol_version} {code} {message}\r\nServer: mtok\r\n"
-                                f"Date: {http_date()}\r\n".encode("latin-1")]
 
     def _dispatch(self) -> None:
         path, _, query = self.path.partition("?")
@@ -375,42 +373,40 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             self.send_json(result)
 
     def send_json(self, body: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> None:
-        self.send_text(json.dumps(body, ensure_ascii=False), status, {"Content-Type": "application/json", **(headers or {})})
+        self.send_text(_JSON.encode(body), status, headers, "application/json")
 
-    def send_text(self, text: str, status: int = 200, headers: Optional[Dict[str, str]] = None) -> None:
+    def send_text(self, text: str, status: int = 200, headers: Optional[Dict[str, str]] = None,
+                  content_type: str = "text/plain; charset=utf-8") -> None:
         data = text.encode()
         headers = dict(headers or {})
-        self.send_response(status)
-        self.send_header("Content-Type", headers.pop("Content-Type", "text/plain; charset=utf-8"))
-        self.send_header("Content-Length", str(len(data)))
-        self._common_headers(headers)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
+        content_type = headers.pop("Content-Type", content_type)
+        head = self._head(status, f"Content-Type: {content_type}\r\nContent-Length: {len(data)}\r\n", headers)
+        self.wfile.write(head if self.command == "HEAD" else head + data)
         self.wfile.flush()
 
-    def _common_headers(self, headers: Optional[Dict[str, str]]) -> None:
-        self.send_header("X-Mtok-Worker", str(os.getpid()))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
+    def _head(self, status: int, fields: str, headers: Optional[Dict[str, str]]) -> bytes:
+        """The status line and headers in one piece (send_header, per header, costs more)."""
+        self.status = status
+        if logger.isEnabledFor(logging.DEBUG):
+            self.log_request(status)
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items()) if headers else ""
         if self.close_connection:
-            self.send_header("Connection", "close")
+            extra += "Connection: close\r\n"
+        return (f"{self.protocol_version} {status} {self.responses.get(status, ('',))[0]}\r\nServer: mtok\r\n"
+                f"Date: {http_date()}\r\n{fields}X-Mtok-Worker: {_PID[0]}\r\n{extra}\r\n").encode("latin-1")
 
     def send_events(self, stream: EventStream) -> None:
         chunked = self.request_version != "HTTP/1.0"
         if not chunked:
             self.close_connection = True
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
+        fields = "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
         if chunked:
-            self.send_header("Transfer-Encoding", "chunked")
-        self._common_headers(stream.headers)
-        self.end_headers()
+            fields += "Transfer-Encoding: chunked\r\n"
         write, flush = self.wfile.write, self.wfile.flush
+        write(self._head(200, fields, stream.headers))
         try:
             for ev in stream.events:
-                data = ev if isinstance(ev, str) else json.dumps(ev, ensure_ascii=False)
+                data = ev if isinstance(ev, str) else _JSON.encode(ev)
                 payload = b"data: " + data.encode() + b"\n\n"
                 if chunked:
                     write(b"%x\r\n%s\r\n" % (len(payload), payload))

@@ -58,7 +58,10 @@ class Metrics:
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
         with self._lock:
             self.requests[(endpoint, status)] += 1
-            self.latency.setdefault(endpoint, Histogram()).observe(seconds)
+            hist = self.latency.get(endpoint)
+            if hist is None:
+                hist = self.latency[endpoint] = Histogram()
+            hist.observe(seconds)
 
     def observe_tokens(self, prompt: int, generated: int, ttft: Optional[float]) -> None:
         with self._lock:

@@ -55,13 +55,16 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # NaN and Infinity are not JSON
+
+
 def parse_json(raw: bytes) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise bad(f"request body is not valid UTF-8 (byte {e.start})") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return _DECODER.decode(text)
     except RecursionError:
         raise bad("request body is nested too deeply") from None
     except ValueError as e:
