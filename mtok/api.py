@@ -103,7 +103,7 @@ class Api(OpenAIRoutes):
 
     def _generate_events(self, states: Iterator[ReqState], is_batch: bool) -> Iterator[Any]:
         for st in states:
-            err = st.error()
+            err = st.error() if st.finished_reason is not None else None
             if err is not None:  # the server failed mid-stream
                 yield err.body()
                 break

@@ -17,6 +17,7 @@ import logging
 import os
 import pickle
 import queue
+import select
 import socket
 import threading
 from multiprocessing.connection import (
@@ -25,7 +26,6 @@ from multiprocessing.connection import (
     Connection,
     answer_challenge,
     deliver_challenge,
-    wait,
 )
 from typing import Any, Dict, List, Optional
 
@@ -34,6 +34,7 @@ from . import io_struct
 logger = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT = 5.0
+MAX_DRAIN_ROUNDS = 64  # polls per recv_bytes_all, so a chatty peer cannot starve the caller
 
 _ALLOWED = {(cls.__module__, cls.__qualname__) for cls in io_struct.MESSAGE_TYPES}
 
@@ -63,9 +64,12 @@ class Receiver:
     def __init__(self, name: str, authkey: bytes):
         self.name = name
         self._authkey = authkey
-        self._conns: List[Connection] = []
+        self._conns: Dict[int, Connection] = {}  # fd -> connection; the reading thread's own
+        self._joined: List[Connection] = []  # authenticated, not yet picked up by the reader
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
+        self._poll = select.poll()
+        self._poll.register(self._wake_r, select.POLLIN)
         self._closed = False
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(name)
@@ -74,7 +78,7 @@ class Receiver:
 
     @property
     def peer_count(self) -> int:
-        return len(self._conns)
+        return len(self._conns) + len(self._joined)
 
     def _accept_loop(self) -> None:
         while not self._closed:
@@ -118,40 +122,55 @@ class Receiver:
             if self._closed:
                 conn.close()
                 return
-            self._conns.append(conn)
-        os.write(self._wake_w, b"\0")
+            self._joined.append(conn)
+        os.write(self._wake_w, b"\0")  # the reader registers it
 
-    def _drop(self, conn: Connection) -> None:
+    def _take_joined(self) -> None:
+        try:
+            os.read(self._wake_r, 4096)
+        except OSError:
+            return
         with self._lock:
-            if conn in self._conns:
-                self._conns.remove(conn)
-        conn.close()
+            joined, self._joined = self._joined, []
+        for conn in joined:
+            self._conns[conn.fileno()] = conn
+            self._poll.register(conn.fileno(), select.POLLIN)
+
+    def _drop(self, fd: int) -> None:
+        conn = self._conns.pop(fd, None)
+        if conn is not None:
+            self._poll.unregister(fd)
+            conn.close()
 
     def recv_bytes_all(self, timeout: Optional[float] = None) -> List[bytes]:
         """Every payload that is ready, waiting up to ``timeout`` for the first
-        (None: forever).  Returns [] on timeout or when a new peer joined."""
-        with self._lock:
-            if self._closed:
-                return []
-            conns = list(self._conns)
-        try:
-            ready = wait(conns + [self._wake_r], timeout)
-        except (OSError, ValueError):  # closed under us
-            return []
+        (None: forever).  Returns [] on timeout or when a new peer joined.
+        Call it from one thread only."""
         out: List[bytes] = []
-        for c in ready:
-            if c == self._wake_r:
-                try:
-                    os.read(self._wake_r, 4096)
-                except OSError:
-                    return out
-                continue
+        wait_ms = None if timeout is None else timeout * 1000.0
+        for _ in range(MAX_DRAIN_ROUNDS):
+            if self._closed:
+                break
             try:
-                out.append(c.recv_bytes())
-                while c.poll(0):
-                    out.append(c.recv_bytes())
-            except (EOFError, OSError):
-                self._drop(c)
+                events = self._poll.poll(wait_ms)
+            except (OSError, ValueError, RuntimeError):  # closed under us
+                break
+            if not events:
+                break
+            for fd, _ in events:
+                if fd == self._wake_r:
+                    self._take_joined()
+                    continue
+                conn = self._conns.get(fd)
+                if conn is None:
+                    continue
+                try:
+                    out.append(conn.recv_bytes())
+                except (EOFError, OSError):
+                    self._drop(fd)
+            if not out:
+                break
+            wait_ms = 0  # take what else is already there, then hand it over
         return out
 
     def recv_all(self, timeout: Optional[float] = None) -> List[Any]:
@@ -175,7 +194,8 @@ class Receiver:
             pass
         self._sock.close()
         with self._lock:
-            conns, self._conns = self._conns, []
+            conns = list(self._conns.values()) + self._joined
+            self._conns, self._joined = {}, []
         for c in conns:
             c.close()
         for fd in (self._wake_r, self._wake_w):

@@ -57,7 +57,7 @@ class ReqState:
 
     __slots__ = (
         "rid", "index", "mailbox", "stream", "text", "output_ids", "finished_reason",
-        "prompt_tokens", "completion_tokens", "created", "first_token_at", "embedding",
+        "prompt_tokens", "completion_tokens", "created", "first_token_at", "embedding", "queued",
     )
 
     def __init__(self, rid: str, index: int, mailbox: "queue.SimpleQueue[Any]", stream: bool, prompt_tokens: int,
@@ -74,6 +74,12 @@ class ReqState:
         self.created = time.monotonic() if created is None else created
         self.first_token_at: Optional[float] = None
         self.embedding: Optional[List[float]] = None
+        self.queued = False  # in its mailbox already: a reader that lags sees only the latest state
+
+    def notify(self) -> None:
+        if not self.queued:
+            self.queued = True
+            self.mailbox.put(self)
 
     @property
     def finished(self) -> bool:
@@ -193,6 +199,7 @@ class TokenizerManager:
         for st in states:
             self.rid_to_state[st.rid] = st
         done = set()
+        seen: Dict[str, tuple] = {}
         watching = False
         try:
             for r in reqs:
@@ -211,10 +218,16 @@ class TokenizerManager:
                         continue
                 if st is _DISCONNECTED:
                     raise ClientDisconnected()
+                st.queued = False
                 if st.rid in done:
                     continue
                 if st.finished:
                     done.add(st.rid)
+                else:
+                    mark = (len(st.text), len(st.output_ids))
+                    if seen.get(st.rid) == mark:
+                        continue  # notified again before it changed (a benign race)
+                    seen[st.rid] = mark
                 yield st
         finally:
             if watching:
@@ -308,11 +321,11 @@ class TokenizerManager:
             if reason is not None:
                 st.finished_reason = reason
                 self.rid_to_state.pop(rid, None)
-                st.mailbox.put(st)
+                st.notify()
                 ttft = st.first_token_at - st.created if st.first_token_at is not None else None
                 self.metrics.observe_tokens(st.prompt_tokens, st.completion_tokens, ttft)
             elif st.stream:
-                st.mailbox.put(st)
+                st.notify()
 
     def handle_embedding_output(self, out: BatchEmbeddingOutput) -> None:
         for i, rid in enumerate(out.rids):
@@ -320,7 +333,7 @@ class TokenizerManager:
             if st is not None:
                 st.embedding = out.embeddings[i]
                 st.finished_reason = out.finished_reasons[i]
-                st.mailbox.put(st)
+                st.notify()
 
     def handle_rpc_output(self, out: RpcOutput) -> None:
         waiter = self.rpc_waiters.get(out.rid)
@@ -335,7 +348,7 @@ class TokenizerManager:
             st = self.rid_to_state.pop(rid, None)
             if st is not None:
                 st.finished_reason = reason
-                st.mailbox.put(st)
+                st.notify()
         for rid, waiter in list(self.rpc_waiters.items()):
             waiter.put(RpcOutput(rid=rid, error=message))
 
