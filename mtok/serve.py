@@ -58,6 +58,10 @@ class BootError(Exception):
     """A process could not start; the server halts instead of retrying."""
 
 
+class BootInterrupted(BootError):
+    """A stop signal arrived while starting: stop, and that is not a failure."""
+
+
 def describe_exit(code: Optional[int]) -> str:
     if code is None:
         return "still running"
@@ -133,7 +137,7 @@ class Arbiter:
             print(f"mtok: {e}", file=sys.stderr, flush=True)
             self.stop(graceful=False)
             self.teardown()
-            return EXIT_BOOT_ERROR
+            return 0 if isinstance(e, BootInterrupted) else EXIT_BOOT_ERROR
         except BaseException:
             self.stop(graceful=False)
             self.teardown()
@@ -221,29 +225,24 @@ class Arbiter:
         self.board.set_state(FIRST_WORKER_SLOT, SlotState.READY)
 
     def _spawn(self, role: str, slot: int, target: Any, args: tuple, ipc: Optional[str] = None) -> Child:
+        """Start a child; it reports boot success or failure on a pipe passed last."""
         ready_r, ready_w = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=target, args=args[:3] + (ready_w,) + args[3:], name=f"mtok-{role}",
-                                daemon=True)
+        proc = self.ctx.Process(target=target, args=args + (ready_w,), name=f"mtok-{role}", daemon=True)
         proc.start()
         ready_w.close()
-        self.board.claim(slot, proc.pid)
+        self.board.claim(slot, proc.pid, ipc or "")
         return Child(role, slot, proc, ready_r, ipc)
 
     def _spawn_worker(self, slot: int) -> Child:
         name = ipc_name(self.sock_dir, f"worker-{slot - FIRST_WORKER_SLOT}-{os.urandom(4).hex()}")
-        ready_r, ready_w = self.ctx.Pipe(duplex=False)
-        args = (args_shm_name(self.pid), status_shm_name(self.pid), self.authkey, self.pid, slot, name, ready_w,
-                self.listen_sock if self.shared_sock else None)
-        proc = self.ctx.Process(target=run_tokenizer_worker_process, args=args, name="mtok-worker", daemon=True)
-        proc.start()
-        ready_w.close()
-        self.board.claim(slot, proc.pid, name)
-        return Child("worker", slot, proc, ready_r, name)
+        shared = self.listen_sock if self.shared_sock else None
+        args = (args_shm_name(self.pid), status_shm_name(self.pid), self.authkey, self.pid, slot, name, shared)
+        return self._spawn("worker", slot, run_tokenizer_worker_process, args, name)
 
     def _wait_for_boot(self, children: List[Child]) -> None:
         while not all(c.poll_boot() for c in children):
             if self.signals:
-                raise BootError("interrupted while starting")
+                raise BootInterrupted("interrupted while starting")
             pending = [c for c in children if not c.booted]
             wait([c.ready for c in pending] + [c.process.sentinel for c in pending] + [self._sig_r], 0.5)
             self._drain_signal_pipe()

@@ -82,8 +82,8 @@ def run_tokenizer_worker_process(
     parent_pid: int,
     slot: int,
     worker_ipc_name: str,
+    shared_sock: Optional[socket.socket],
     ready_conn,
-    shared_sock: Optional[socket.socket] = None,
 ) -> None:
     server_args, port_args = read_args(shm_name)
     with ChildBoot(f"worker-{slot - 1}", parent_pid, ready_conn, server_args.log_level):
