@@ -134,6 +134,14 @@ class Scheduler:
                 self.send_outputs([])
             self.publish_gauges()
 
+    def to_detokenizer(self, msg: Any) -> None:
+        """Send on; if the detokenizer has died the supervisor is about to stop
+        the server and names it, so this process stays up rather than muddle that."""
+        try:
+            self.send_to_detokenizer.send(msg)
+        except ConnectionError as e:
+            logger.error("cannot reach the detokenizer: %s", e)
+
     def publish_gauges(self) -> None:
         """The queue lengths, for /metrics; written only when they change."""
         state = (len(self.running), len(self.waiting))
@@ -173,7 +181,7 @@ class Scheduler:
         if msg.abort_all_of is not None:
             # Flush the aborts first, then let the detokenizer forget the worker.
             self.send_outputs([])
-            self.send_to_detokenizer.send(msg)
+            self.to_detokenizer(msg)
 
     def rpc_abort(self, rid: str) -> bool:
         """Abort on behalf of any worker (``POST /abort_request``); True if it was found."""
@@ -205,7 +213,7 @@ class Scheduler:
                 out.result = method(**msg.params)
             except Exception as e:  # a bad call must not take the scheduler down
                 out.error = f"{type(e).__name__}: {e}"
-        self.send_to_detokenizer.send(out)
+        self.to_detokenizer(out)
 
     def rpc_get_state(self) -> Dict[str, Any]:
         by_worker: Dict[str, int] = collections.Counter(r.http_worker_ipc or "" for r in self.reqs.values())
@@ -304,7 +312,7 @@ class Scheduler:
             out.stop.append(sp.stop or None)
             out.stop_str_offsets.append(r.stop_offset)
             r.new_ids = []
-        self.send_to_detokenizer.send(out)
+        self.to_detokenizer(out)
 
     def run_embeddings(self) -> None:
         """Embed everything queued, one engine call per model, one message in all."""
@@ -332,7 +340,7 @@ class Scheduler:
         out.rids = [r.rid for r in batch]
         out.http_worker_ipcs = [r.http_worker_ipc for r in batch]
         out.prompt_tokens = [len(r.input_ids) for r in batch]
-        self.send_to_detokenizer.send(out)
+        self.to_detokenizer(out)
 
 
 def run_scheduler_process(shm_name: str, authkey: bytes, parent_pid: int, ready_conn) -> None:
