@@ -1,8 +1,9 @@
 """Incremental detokenization and stop strings, shared by the scheduler and the detokenizer.
 
-Each step decodes only a short window: the ids since the last committed
-boundary (``surr``) with and without the new ones, and the difference is the
-new text.  Text whose last character is U+FFFD is held back, because it is
+Byte-level tokenizers stream at a table lookup per token (see
+:class:`IncrementalDecoder`).  Any other decodes only a short window per step:
+the ids since the last committed boundary (``surr``) with and without the new
+ones, and the difference is the new text.  Text whose last character is U+FFFD is held back, because it is
 usually a code point split across tokens; the next step completes it.  So is
 text that ends in a SentencePiece byte token, because the run of byte tokens
 it belongs to is decoded as a whole.  Both
@@ -12,7 +13,8 @@ decision and the detokenizer's trimmed text always agree.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+import codecs
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 REPLACEMENT = "\ufffd"
 
@@ -22,13 +24,15 @@ MAX_EMPTY_WINDOW = 32
 
 
 class DecodeState:
-    """One request's decoding progress."""
+    """One request's decoding progress.  The text itself is not kept: each
+    step hands back the new text, and the caller keeps what it needs."""
 
-    __slots__ = ("ids", "text", "pending", "surr", "read", "skip_special_tokens", "spaces_between_special_tokens")
+    __slots__ = ("ids", "length", "pending", "surr", "read", "skip_special_tokens",
+                 "spaces_between_special_tokens", "utf8")
 
     def __init__(self, skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True):
         self.ids: List[int] = []
-        self.text = ""  # committed text
+        self.length = 0  # characters committed so far
         # Decoded but held back (it ends in a split character); the part before
         # the trailing U+FFFD run cannot change, so stop strings may match in it.
         self.pending = ""
@@ -36,15 +40,27 @@ class DecodeState:
         self.read = 0  # ids before this are committed
         self.skip_special_tokens = skip_special_tokens
         self.spaces_between_special_tokens = spaces_between_special_tokens
+        self.utf8: Any = None  # the incremental UTF-8 decoder of the byte-level path
+
+
+_utf8_decoder = codecs.getincrementaldecoder("utf-8")
 
 
 class IncrementalDecoder:
-    """Advances many :class:`DecodeState` at once, batching the tokenizer calls."""
+    """Advances many :class:`DecodeState` at once.
+
+    Byte-level tokenizers (a plain ByteLevel decoder: GPT-2, Llama 3, Qwen,
+    cl100k and kin) take the fast path: each id is a fixed byte string, and an
+    incremental UTF-8 decoder turns the bytes into text, holding a split
+    character until its last byte arrives.  Every other tokenizer decodes a
+    short window per step, batched in one tokenizer call.
+    """
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self.byte_ids = getattr(tokenizer, "byte_token_ids", frozenset())
         self.special_ids = getattr(tokenizer, "special_ids", frozenset())
+        self.has_added = bool(getattr(tokenizer, "added_token_ids", ()))
 
     def step(self, states: Sequence[DecodeState], final: Sequence[bool]) -> List[str]:
         """Decode the ids appended since the last step; return each state's newly
@@ -55,27 +71,55 @@ class IncrementalDecoder:
                 groups.setdefault((st.skip_special_tokens, st.spaces_between_special_tokens), []).append(i)
         out = [""] * len(states)
         for (skip, spaces), idx in groups.items():
-            windows = []
-            for i in idx:
-                st = states[i]
-                windows.append(st.ids[st.surr : st.read])
-                windows.append(st.ids[st.surr :])
-            texts = self.tokenizer.decode_batch(windows, skip, spaces)
-            for k, i in enumerate(idx):
-                st = states[i]
-                surr_text, full_text = texts[2 * k], texts[2 * k + 1]
-                new = full_text[len(surr_text) :]
-                if final[i] or (new and not new.endswith(REPLACEMENT) and not self._in_byte_run(st)) or (
-                    not new and len(st.ids) - st.surr > MAX_EMPTY_WINDOW
-                ):
-                    st.text += new
-                    st.pending = ""
-                    st.surr, st.read = st.read, len(st.ids)
-                    out[i] = new
-                else:
-                    st.pending = new.rstrip(REPLACEMENT)
+            # Without spaces between special tokens, added tokens split the text
+            # into runs decoded apart: not a plain byte stream.
+            table = self.tokenizer.byte_table(skip) if spaces or not self.has_added else None
+            if table is not None:
+                self._step_bytes(table, states, idx, final, out)
+            else:
+                self._step_windows(skip, spaces, states, idx, final, out)
         return out
 
+    @staticmethod
+    def _step_bytes(table: List[bytes], states: Sequence[DecodeState], idx: List[int], final: Sequence[bool],
+                    out: List[str]) -> None:
+        n = len(table)
+        for i in idx:
+            st = states[i]
+            ids = st.ids
+            if len(ids) - st.read == 1 and 0 <= ids[-1] < n:  # the common case: one token a step
+                data = table[ids[-1]]
+            else:
+                data = b"".join([table[t] for t in ids[st.read :] if 0 <= t < n])
+            st.surr = st.read = len(ids)
+            utf8 = st.utf8
+            if utf8 is None:
+                utf8 = st.utf8 = _utf8_decoder("replace")
+            text = utf8.decode(data, final[i])
+            st.length += len(text)
+            out[i] = text
+
+    def _step_windows(self, skip: bool, spaces: bool, states: Sequence[DecodeState], idx: List[int],
+                      final: Sequence[bool], out: List[str]) -> None:
+        windows = []
+        for i in idx:
+            st = states[i]
+            windows.append(st.ids[st.surr : st.read])
+            windows.append(st.ids[st.surr :])
+        texts = self.tokenizer.decode_batch(windows, skip, spaces)
+        for k, i in enumerate(idx):
+            st = states[i]
+            surr_text, full_text = texts[2 * k], texts[2 * k + 1]
+            new = full_text[len(surr_text) :]
+            if final[i] or (new and not new.endswith(REPLACEMENT) and not self._in_byte_run(st)) or (
+                not new and len(st.ids) - st.surr > MAX_EMPTY_WINDOW
+            ):
+                st.length += len(new)
+                st.pending = ""
+                st.surr, st.read = st.read, len(st.ids)
+                out[i] = new
+            else:
+                st.pending = new.rstrip(REPLACEMENT)
 
     def _in_byte_run(self, st: DecodeState) -> bool:
         """Does the window end in a byte token (skipped special tokens aside)?"""

@@ -24,11 +24,12 @@ logger = logging.getLogger(__name__)
 
 
 class DecodeStatus(DecodeState):
-    __slots__ = ("sent", "stops")
+    __slots__ = ("sent", "unsent", "stops")
 
     def __init__(self, skip: bool, spaces: bool, stops: Optional[List[str]]):
         super().__init__(skip, spaces)
         self.sent = 0  # characters of committed text already sent
+        self.unsent = ""  # committed text held back (it may begin a stop string)
         self.stops = stops  # held back while streaming; None when trimming is off
 
 
@@ -109,13 +110,15 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
             states.append(st)
             finals.append(reason is not None)
         if recv.models is None:
-            self.decoders[self.default_model].step(states, finals)
+            new_texts = self.decoders[self.default_model].step(states, finals)
         else:
+            new_texts = [""] * len(states)
             groups: Dict[str, List[int]] = {}
             for i, name in enumerate(recv.models):
                 groups.setdefault(name or self.default_model, []).append(i)
             for name, idx in groups.items():
-                self.decoders[name].step([states[i] for i in idx], [finals[i] for i in idx])
+                for i, text in zip(idx, self.decoders[name].step([states[i] for i in idx], [finals[i] for i in idx])):
+                    new_texts[i] = text
 
         out = BatchStrOutput(
             rids=recv.rids,
@@ -125,17 +128,20 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
             prompt_tokens=recv.prompt_tokens,
             completion_tokens=recv.completion_tokens,
         )
+        offsets = recv.stop_str_offsets or [None] * len(states)
         for i, st in enumerate(states):
-            text = st.text
+            text = st.unsent + new_texts[i] if st.unsent else new_texts[i]
             if finals[i]:
-                offset = recv.stop_str_offsets[i] if recv.stop_str_offsets else None
-                if offset is not None and st.stops is not None:
-                    text = text[:offset]
+                if offsets[i] is not None and st.stops is not None:
+                    text = text[: max(0, offsets[i] - st.sent)]
                 end = len(text)
+            elif st.stops:
+                end = len(text) - stop_holdback(text, st.stops)
             else:
-                end = len(text) - (stop_holdback(text, st.stops) if st.stops else 0)
-            out.output_strs.append(text[st.sent : end] if end > st.sent else "")
-            st.sent = max(st.sent, end)
+                end = len(text)
+            out.output_strs.append(text[:end])
+            st.unsent = text[end:]
+            st.sent += end
         self._bound_states()
         return out
 

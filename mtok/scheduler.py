@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import operator
 import os
 import signal
 import time
@@ -48,7 +49,7 @@ class Req:
 
     __slots__ = (
         "rid", "input_ids", "output_ids", "sampling_params", "http_worker_ipc", "model",
-        "finished_reason", "new_ids", "decode", "checked", "stop_offset",
+        "finished_reason", "new_ids", "decode", "checked", "stop_offset", "tail", "max_stop_len",
     )
 
     def __init__(self, msg: TokenizedGenerateReqInput):
@@ -64,6 +65,8 @@ class Req:
         self.decode = DecodeState(sp.skip_special_tokens, sp.spaces_between_special_tokens) if sp.stop else None
         self.checked = 0  # length of decoded text already searched for stop strings
         self.stop_offset: Optional[int] = None
+        self.tail = ""  # the last committed characters, as many as the longest stop string
+        self.max_stop_len = max(map(len, sp.stop), default=0)
 
 
 class ModelRuntime:
@@ -75,6 +78,7 @@ class ModelRuntime:
         self.engine = load_engine(engine_spec, EngineContext(name, tokenizer, step_delay))
         self.decoder = IncrementalDecoder(tokenizer)
         self.eos_ids = tokenizer.eos_token_ids
+        self.vocab_size = tokenizer.vocab_size
 
 
 def by_model(reqs: Sequence[Any]) -> Dict[str, List[Any]]:
@@ -252,6 +256,10 @@ class Scheduler:
             tokens = rt.engine.step(group)
             if len(tokens) != len(group):
                 raise RuntimeError(f"engine returned {len(tokens)} tokens for a batch of {len(group)}")
+            tokens = [operator.index(t) for t in tokens]  # numpy ints welcome, floats refused
+            bad = [t for t in tokens if not 0 <= t < rt.vocab_size]
+            if bad:  # an engine's bug must not reach the detokenizer as text
+                raise RuntimeError(f"engine returned token ids outside the vocabulary: {bad[:5]}")
         except NotImplementedError as e:  # e.g. an embedding model asked to generate
             for req in group:
                 self.abort(req, abort_reason(f"{rt.name}: {e}", 400))
@@ -281,16 +289,26 @@ class Scheduler:
                 req.finished_reason = {"type": "length", "length": n}
         for name, group in by_model(with_stops).items():
             final = [r.finished_reason is not None for r in group]
-            self.models[name].decoder.step([r.decode for r in group], final)
-            for req in group:
-                text = req.decode.text + req.decode.pending
-                start, req.checked = req.checked, len(text)
-                if len(req.output_ids) < req.sampling_params.min_new_tokens:
-                    continue
-                hit = find_stop(text, req.sampling_params.stop, start)
-                if hit is not None:
-                    req.finished_reason = {"type": "stop", "matched": hit[1]}
-                    req.stop_offset = hit[0]
+            new_texts = self.models[name].decoder.step([r.decode for r in group], final)
+            for req, new in zip(group, new_texts):
+                self.check_stop_strings(req, new)
+
+    @staticmethod
+    def check_stop_strings(req: Req, new: str) -> None:
+        """Search the text that is new since the last check (plus enough before
+        it for a stop string to straddle the boundary); only that tail is kept."""
+        sp = req.sampling_params
+        committed = req.tail + new
+        view = committed + req.decode.pending
+        base = req.decode.length - len(committed)  # where view[0] sits in the whole text
+        start, req.checked = req.checked - base, base + len(view)
+        req.tail = committed[-req.max_stop_len:]
+        if len(req.output_ids) < sp.min_new_tokens:
+            return
+        hit = find_stop(view, sp.stop, start)
+        if hit is not None:
+            req.finished_reason = {"type": "stop", "matched": hit[1]}
+            req.stop_offset = base + hit[0]
 
     def send_outputs(self, batch: Sequence[Req]) -> None:
         reqs = list(batch) + self.pending_output

@@ -35,3 +35,22 @@ def test_client_script_streams(srv):
                               "--max-tokens", "3", *extra], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "hello there"
+
+
+BROKEN_ENGINE = '''
+from mtok.engines import Engine
+
+class Broken(Engine):
+    def step(self, batch):
+        return [-1 if b.input_ids[0] == 1 else 10 ** 9 if b.input_ids[0] == 2 else 1.5 for b in batch]
+'''
+
+
+def test_an_engine_returning_bad_ids_fails_its_requests_not_the_server(server_factory, tmp_path):
+    path = tmp_path / "broken_engine.py"
+    path.write_text(BROKEN_ENGINE)
+    srv = server_factory("--engine", f"{path}:Broken")
+    for first in (1, 2, 3):
+        status, body = srv.post("/generate", {"input_ids": [first, 5], "sampling_params": {"max_new_tokens": 2}})
+        assert status == 500 and "engine" in body["error"]["message"], body
+    assert srv.get("/health")[0] == 200

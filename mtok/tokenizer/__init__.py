@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence
 
+from .bytelevel import token_bytes
+
 BACKENDS = ("auto", "hf", "python")
 
 DEFAULT_TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "default")
@@ -110,7 +112,29 @@ class Tokenizer:
             i for i in range(self.vocab_size) if _is_byte_token(self.id_to_token(i))
         )
 
+    def byte_table(self, skip_special_tokens: bool) -> Optional[List[bytes]]:
+        """Per token id, the bytes a ByteLevel decoder makes of it (b"" for a
+        skipped special token); None unless the decoder is exactly ByteLevel.
+
+        ``decode(ids)`` is then the UTF-8 decoding of the concatenated bytes, so
+        an incremental UTF-8 decoder streams the same text at one lookup per token.
+        """
+        cache = self.__dict__.setdefault("_byte_tables", {})
+        if skip_special_tokens not in cache:
+            table = None
+            if self._byte_level_decoder():
+                table = [b""] * self.vocab_size
+                for i in range(self.vocab_size):
+                    tok = self.id_to_token(i)
+                    if tok is not None and not (skip_special_tokens and i in self.special_ids):
+                        table[i] = token_bytes(tok)
+            cache[skip_special_tokens] = table
+        return cache[skip_special_tokens]
+
     # -- what a backend implements -------------------------------------------------
+    def _byte_level_decoder(self) -> bool:
+        return False
+
     def _vocab_size(self) -> int:
         raise NotImplementedError
 

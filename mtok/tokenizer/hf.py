@@ -31,6 +31,11 @@ class HFTokenizer(LibraryTokenizer):
         self._encode_batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
         super().__init__(files)
 
+    def _byte_level_decoder(self) -> bool:
+        import tokenizers
+
+        return isinstance(self._tok.decoder, tokenizers.decoders.ByteLevel)
+
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> List[List[int]]:
         return [e.ids for e in self._encode_batch(list(texts), add_special_tokens=add_special_tokens)]
 

@@ -21,6 +21,11 @@ class PyTokenizer(LibraryTokenizer):
         self._tok.truncation = self._tok.padding = None  # as hf.py: never truncate or pad prompts
         super().__init__(files)
 
+    def _byte_level_decoder(self) -> bool:
+        from .pyrt.decoders import ByteLevel
+
+        return type(self._tok.decoder) is ByteLevel
+
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> List[List[int]]:
         return self._tok.encode_batch(texts, add_special_tokens)
 

@@ -12,7 +12,8 @@ from typing import Dict, List, Optional
 
 from .. import TokenizerError
 from ._dispatch import build
-from .pre_tokenizers import CHAR_TO_BYTE, metaspace_scheme
+from ..bytelevel import token_bytes
+from .pre_tokenizers import metaspace_scheme
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2}|\+[0-9A-Fa-f])>\Z")
 _HEX = "0123456789abcdefABCDEF"
@@ -39,10 +40,7 @@ class ByteLevel(Decoder):
         return cls()
 
     def _token_bytes(self, token: str) -> bytes:
-        try:
-            raw = bytes(CHAR_TO_BYTE[c] for c in token)
-        except KeyError:  # not byte-level text (an added token, say): its own UTF-8
-            raw = token.encode("utf-8")
+        raw = token_bytes(token)
         if len(self._bytes) < 1 << 20:
             self._bytes[token] = raw
         return raw

@@ -295,7 +295,7 @@ class ByteLevel(Normalizer):
     """Each UTF-8 byte as the printable character GPT-2's byte-level alphabet gives it."""
 
     def normalize(self, s: str) -> str:
-        from .pre_tokenizers import BYTE_TO_CHAR
+        from ..bytelevel import BYTE_TO_CHAR
 
         return s.encode("utf-8").decode("latin-1").translate(BYTE_TO_CHAR)
 

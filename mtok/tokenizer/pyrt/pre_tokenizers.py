@@ -14,9 +14,10 @@ and pay for the transform only on a cache miss.
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Optional
+from typing import Callable, List, Optional
 
 from .. import TokenizerError
+from ..bytelevel import BYTE_TO_CHAR
 from . import _split
 from ._chars import compiled
 from ._dispatch import build
@@ -25,23 +26,6 @@ from .onig import compile_onig
 # The GPT-2 split; every character falls in one of its branches, so its
 # matches cover the text and ``findall`` equals an Isolated split.
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-
-
-def _bytes_to_unicode() -> Dict[int, str]:
-    """GPT-2's reversible map of the 256 byte values onto printable characters."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
-BYTE_TO_CHAR = _bytes_to_unicode()  # also a str.translate table for a latin-1 view of bytes
-CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
 
 
 def _matches(regex: "re.Pattern[str]", text: str) -> List[str]:
