@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from conftest import ROOT, Server
+from conftest import ROOT, Server, pid_alive, wait_for
 from mtok.bench.http_client import Connection, Target
 from mtok.bench.svg import Chart, nice_ceiling
 
@@ -193,6 +193,7 @@ def test_target_parsing():
 
 def test_the_peer_answers_like_mtok():
     """Same endpoints, same shapes, same echo: the comparison compares like with like."""
+    from mtok.bench.procstat import ProcessTree
     from mtok.bench.servers import ServerConfig, ServerProcess
 
     python = peer_python()
@@ -220,6 +221,8 @@ def test_the_peer_answers_like_mtok():
                     assert status == 200, reply
                     got.append(reply)
             answers[kind] = got
+            tree = ProcessTree(srv.pid).pids()
+        wait_for(lambda: not any(pid_alive(p) for p in tree), what=f"every process of {kind} to exit")
     mine, peer = answers["mtok"], answers["fastapi"]
     for k in ("text", "output_ids"):
         assert mine[0][k] == peer[0][k]

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import time
 from typing import Dict, List
 
 import zmq
+
+
+IDLE_POLL_MS = 1000  # how often an idle engine checks that its server still exists
 
 
 class Req:
@@ -84,11 +88,14 @@ class EchoEngine:
             self.reply_socket(addr).send_pyobj(items)
 
     def run(self) -> None:
+        parent = os.getppid()
         next_step = 0.0
         while True:
             busy = bool(self.running or self.waiting)
             wait_s = max(0.0, next_step - time.monotonic()) if busy else None
-            self.receive(-1 if wait_s is None else int(wait_s * 1000))
+            self.receive(IDLE_POLL_MS if wait_s is None else int(wait_s * 1000))
+            if wait_s is None and os.getppid() != parent:
+                return  # the server that started this engine is gone
             if (self.running or self.waiting) and time.monotonic() >= next_step:
                 started = time.monotonic()
                 self.step()

@@ -105,6 +105,9 @@ def main() -> int:
                       PEER_MODEL_NAME="mtok-default" if args.tokenizer_path == DEFAULT_TOKENIZER
                       else os.path.basename(args.tokenizer_path.rstrip("/")).replace(".json", ""))
     threading.Thread(target=announce_when_ready, args=(args.host, port, args.workers), daemon=True).start()
+    # uvicorn handles SIGTERM itself, then restores the handler it found and raises the
+    # signal again; this one turns that into an exit that runs the clean-up below.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     try:
         uvicorn.run("fastapi_app:app", host=args.host, port=port, workers=args.workers, app_dir=HERE,
                     log_level="warning", access_log=False)
