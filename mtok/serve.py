@@ -89,6 +89,9 @@ class Child:
         """True once booted; raises BootError if it failed to."""
         if self.booted:
             return True
+        # A child that failed writes why before it exits: look at the pipe after
+        # the liveness check, so a death between the two still has its message.
+        alive = self.process.is_alive()
         if self.ready.poll():
             try:
                 kind, detail = self.ready.recv()
@@ -99,7 +102,7 @@ class Child:
                 self.ready.close()
                 return True
             raise BootError(detail or f"{self.name} exited during boot: {describe_exit(self.process.exitcode)}")
-        if not self.process.is_alive():
+        if not alive:
             raise BootError(f"{self.name} exited during boot: {describe_exit(self.process.exitcode)}")
         if time.monotonic() > self.boot_deadline:
             raise BootError(f"{self.name} did not start within {BOOT_TIMEOUT:g} s")
