@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import os
 import time
-from urllib.parse import parse_qs
 from typing import Any, Dict, Iterator, List, Optional
+from urllib.parse import parse_qs
 
 from . import __version__
 from .http_server import EventStream, Request, Response, route
 from .io_struct import GenerateReqInput, SamplingParams
-from .openai_api import OpenAIRoutes, embedding_inputs
 from .metrics import merge as merge_metrics
 from .metrics import read as read_metrics
 from .metrics import render as render_metrics
+from .openai_api import OpenAIRoutes, embedding_inputs
 from .status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
 from .tokenizer_manager import ReqState, TokenizerManager
-from .validate import APIError, bad, check_unknown, get_bool, get_str, require_object, token_list
+from .validate import APIError, bad, check_unknown, get_bool, get_str, parse_generate, require_object, token_list
 
 
 def finish_reason(st: ReqState) -> Optional[Dict[str, Any]]:
@@ -41,7 +41,6 @@ class Api(OpenAIRoutes):
         self.metrics = tm.metrics
 
     # -- shared helpers --------------------------------------------------------------
-
     def collect(self, states: Iterator[ReqState], n: int) -> List[ReqState]:
         """Wait for every request of a non-streaming call; a refused one fails the call."""
         results: List[Optional[ReqState]] = [None] * n
@@ -89,8 +88,6 @@ class Api(OpenAIRoutes):
     # -- native ----------------------------------------------------------------------
     @route("POST", "/generate")
     def generate(self, req: Request) -> Any:
-        from .validate import parse_generate
-
         obj = parse_generate(req.json())
         states = self.tm.generate_request(obj, req.watch)
         if not obj.stream:
