@@ -28,13 +28,16 @@ def get(d: Any, key: str) -> Any:
     return d
 
 
-def fmt(v: Any, digits: int = 1) -> str:
+def fmt(v: Any) -> str:
     if v is None:
         return "–"
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
-        return f"{v:,.3f}" if abs(v) < 1 else f"{v:,.{digits}f}"
+        if v == int(v) and abs(v) >= 10:
+            return f"{int(v):,}"
+        places = 3 if abs(v) < 1 else 2 if abs(v) < 100 else 1 if abs(v) < 1000 else 0
+        return f"{v:,.{places}f}"
     if isinstance(v, int):
         return f"{v:,}"
     return str(v)
@@ -60,7 +63,8 @@ COMPARE_ROWS = [
     ("requests/s", "requests_per_s"), ("output tokens/s", "output_tokens_per_s"),
     ("server CPU ms/request", "server_cpu_ms_per_request"), ("server cores busy", "server_cores_busy"),
     ("client cores busy", "client_cores_busy"),
-    ("TTFT p50 ms", "ttft_ms.p50"), ("ITL p50 ms", "itl_ms.p50"), ("e2e p50 ms", "e2e_ms.p50"),
+    ("TTFT p50 ms", "ttft_ms.p50"), ("ITL p50 ms (between events)", "itl_ms.p50"),
+    ("TPOT p50 ms (per token)", "tpot_ms.p50"), ("e2e p50 ms", "e2e_ms.p50"),
     ("e2e p90 ms", "e2e_ms.p90"), ("e2e p99 ms", "e2e_ms.p99"), ("errors", "errors"),
 ]
 
@@ -77,11 +81,13 @@ def compare_table(doc: Dict[str, Any]) -> str:
         ratio = a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
         rows.append([name, a, b, f"{ratio:.2f}x" if ratio is not None else "–"])
     w = doc["params"]["workload"]
+    output = "" if w["endpoint"] == "tokenize" else \
+        f"{w['output_len']} output token{'s' if w['output_len'] != 1 else ''}, "
+    per_round = "output tokens/s" if w["stream"] else "req/s"
     what = (f"`{w['endpoint_path']}`, {w['input_len']}-token prompts (~{r['mtok'].get('mean_prompt_bytes', '?')} "
-            f"bytes), {w['output_len']} output token{'s' if w['output_len'] != 1 else ''}, {'streamed, ' if w['stream'] else ''}concurrency "
-            f"{w['concurrency']}, {w['duration']} s after {w['warmup']} s warm-up; median of "
-            f"{doc['params']['rounds']} rounds (req/s per round: mtok {r['rounds']['mtok']}, "
-            f"FastAPI {r['rounds']['fastapi']})")
+            f"bytes), {output}{'streamed, ' if w['stream'] else ''}concurrency {w['concurrency']}, "
+            f"{w['duration']:g} s after {w['warmup']:g} s warm-up; median of {doc['params']['rounds']} rounds "
+            f"({per_round} per round: mtok {_list(r['rounds']['mtok'])}; FastAPI {_list(r['rounds']['fastapi'])})")
     return what + "\n\n" + md(["", "mtok", "FastAPI peer", "mtok / peer"], rows)
 
 
@@ -108,9 +114,19 @@ def transport_table(doc: Dict[str, Any]) -> str:
 
 def tokenizer_table(doc: Dict[str, Any]) -> str:
     rows = [[r["file"], r["backend"], r["load_s"], r["encode_cold_mb_s"], r["encode_warm_mb_s"], r["decode_mb_s"],
-             r.get("vs_tokenizers", "")] for r in doc["results"]]
+             _times(r.get("vs_tokenizers"))] for r in doc["results"]]
     return md(["file", "backend", "load s", "encode cold MB/s", "encode warm MB/s", "decode MB/s", "vs tokenizers"],
               rows)
+
+
+def _list(values: Sequence[float]) -> str:
+    return " / ".join(fmt(v) for v in values)
+
+
+def _times(v: Any) -> str:
+    if v in (None, ""):
+        return ""
+    return str(v) if isinstance(v, str) else f"{v:.2f}x"
 
 
 def soak_summary(doc: Dict[str, Any]) -> str:

@@ -30,6 +30,7 @@ RATIOS = [
     ("e2e_ms.p50", "e2e p50"),
     ("ttft_ms.p50", "TTFT p50"),
     ("itl_ms.p50", "ITL p50"),
+    ("tpot_ms.p50", "TPOT p50"),
 ]
 
 

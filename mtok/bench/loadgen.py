@@ -55,7 +55,7 @@ class Records:
     def __init__(self) -> None:
         self.start, self.end, self.ttft = array("d"), array("d"), array("d")
         self.input_tokens, self.output_tokens = array("l"), array("l")
-        self.itl = array("d")
+        self.itl, self.tpot = array("d"), array("d")
         self.errors = 0
         self.error_samples: List[str] = []
 
@@ -73,7 +73,10 @@ class Records:
         self.ttft.append(events[0] - start if events else -1.0)
         self.itl.extend(b - a for a, b in zip(events, events[1:]))
         self.input_tokens.append(plan.input_tokens if n_in is None else n_in)
-        self.output_tokens.append(plan.output_tokens if n_out is None else n_out)
+        n_out = plan.output_tokens if n_out is None else n_out
+        self.output_tokens.append(n_out)
+        if len(events) > 1 and n_out > 1:  # per token, however many tokens each event carried
+            self.tpot.append((events[-1] - events[0]) / (n_out - 1))
 
     def error(self, what: str) -> None:
         self.errors += 1
@@ -81,7 +84,7 @@ class Records:
             self.error_samples.append(what)
 
     def merge(self, other: "Records") -> None:
-        for name in ("start", "end", "ttft", "input_tokens", "output_tokens", "itl"):
+        for name in ("start", "end", "ttft", "input_tokens", "output_tokens", "itl", "tpot"):
             getattr(self, name).extend(getattr(other, name))
         self.errors += other.errors
         for e in other.error_samples:

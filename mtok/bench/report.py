@@ -10,6 +10,8 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 PERCENTILES = (50, 90, 99)
+# before this command added its own load: was the machine quiet?
+LOAD_AT_START = os.getloadavg() if hasattr(os, "getloadavg") else None
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:
@@ -50,7 +52,8 @@ def summarize(records: Any, window: float, server_cpu: Optional[float], client: 
         "mean_input_tokens": round(n_in / n, 1) if n else 0,
         "mean_output_tokens": round(n_out / n, 1) if n else 0,
         "ttft_ms": distribution_ms(ttft),
-        "itl_ms": distribution_ms(records.itl),
+        "itl_ms": distribution_ms(records.itl),  # gaps between streamed events
+        "tpot_ms": distribution_ms(records.tpot),  # per output token, first event to last
         "e2e_ms": distribution_ms(e2e),
         "server_cpu_s": None if server_cpu is None else round(server_cpu, 3),
         "server_cpu_ms_per_request": None if server_cpu is None or not n else round(1000 * server_cpu / n, 4),
@@ -71,14 +74,13 @@ def machine() -> Dict[str, Any]:
                     break
     except OSError:
         pass
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
         "nproc": os.cpu_count(),
         "cpu_model": model or platform.processor(),
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
-        "load_average_at_start": [round(x, 2) for x in load] if load else None,
+        "load_average_at_start": [round(x, 2) for x in LOAD_AT_START] if LOAD_AT_START else None,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
 
@@ -123,7 +125,7 @@ def lookup(row: Dict[str, Any], key: str) -> Any:
 LOAD_COLUMNS = [
     ("label", "label"), ("req/s", "requests_per_s"), ("in tok/s", "input_tokens_per_s"),
     ("out tok/s", "output_tokens_per_s"), ("TTFT p50 ms", "ttft_ms.p50"), ("ITL p50 ms", "itl_ms.p50"),
-    ("e2e p50 ms", "e2e_ms.p50"), ("e2e p99 ms", "e2e_ms.p99"), ("CPU ms/req", "server_cpu_ms_per_request"),
+    ("TPOT p50 ms", "tpot_ms.p50"),    ("e2e p50 ms", "e2e_ms.p50"), ("e2e p99 ms", "e2e_ms.p99"), ("CPU ms/req", "server_cpu_ms_per_request"),
     ("errors", "errors"),
 ]
 
@@ -135,7 +137,7 @@ def describe_load(result: Dict[str, Any]) -> str:
         f"{result['input_tokens_per_s']:,.0f} input tok/s, {result['output_tokens_per_s']:,.0f} output tok/s)",
         f"errors: {result['errors']}" + (f"  e.g. {result['error_samples'][0]}" if result["error_samples"] else ""),
     ]
-    for name in ("ttft_ms", "itl_ms", "e2e_ms"):
+    for name in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
         d = result.get(name)
         if d:
             lines.append(f"{name[:-3]:>5} ms: mean {d['mean']:.3f}  p50 {d['p50']:.3f}  p90 {d['p90']:.3f}  "

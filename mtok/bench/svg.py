@@ -9,7 +9,7 @@ from xml.sax.saxutils import escape
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 WIDTH, HEIGHT = 640, 400
-LEFT, RIGHT, TOP, BOTTOM = 70, 170, 40, 50
+LEFT, RIGHT, TOP, BOTTOM = 84, 170, 40, 50
 
 
 @dataclass
