@@ -5,18 +5,16 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import queue
 import re
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
+
+from mtok.bench.servers import ReadyProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_TOKENIZERS = os.path.join(ROOT, "..", "shared", "tokenizers")
@@ -67,56 +65,23 @@ def pid_alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-class Server:
+class Server(ReadyProcess):
     """``python -m mtok.serve`` on a free port, stopped at the end of its scope."""
 
     def __init__(self, *args: str, env: Optional[Dict[str, str]] = None, expect_ready: bool = True,
                  timeout: float = 60.0):
         self.args = ["--port", "0", *args]
-        self.log = tempfile.NamedTemporaryFile(prefix="mtok-test-", suffix=".log", delete=False)
         full_env = dict(os.environ)
         full_env.update(env or {})
         full_env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mtok.serve", *self.args],
-            cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=self.log, text=True,
-        )
-        self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
-        self.stdout: List[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
+        super().__init__([sys.executable, "-m", "mtok.serve", *self.args], full_env, "mtok-test-")
         self.host, self.port = "127.0.0.1", 0
         if expect_ready:
-            self._wait_ready(timeout)
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.stdout.append(line)
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                line = None
-            if line is None:
+            m = self.wait_ready(READY, timeout)
+            if m is None:
                 self.stop(signal.SIGKILL)
                 raise AssertionError(f"server did not become ready; log:\n{self.stderr()}")
-            m = READY.search(line)
-            if m:
-                self.host, self.port = m.group(1), int(m.group(2))
-                return
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stderr(self) -> str:
-        with open(self.log.name, errors="replace") as f:
-            return f.read()
+            self.host, self.port = m.group(1), int(m.group(2))
 
     def conn(self, timeout: float = 30.0) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
@@ -161,19 +126,6 @@ class Server:
         finally:
             if own:
                 c.close()
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> Optional[int]:
-        if self.proc.poll() is None:
-            try:
-                self.proc.send_signal(sig)
-            except ProcessLookupError:
-                pass
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return None
 
     def info(self) -> Dict[str, Any]:
         status, body = self.get("/get_server_info")

@@ -81,40 +81,36 @@ def missing_peer(python: str, kind: str = "fastapi") -> Optional[str]:
     return None
 
 
-class ServerProcess:
-    """A server started for the benchmark, stopped when the ``with`` block ends."""
+class ReadyProcess:
+    """A child that says where it listens on a stdout line; its stderr goes to a log
+    file.  The tests start their servers with it too."""
 
-    def __init__(self, config: ServerConfig):
-        self.config = config
-        self.log = tempfile.NamedTemporaryFile(prefix=f"mtok-bench-{config.kind}-", suffix=".log", delete=False)
-        env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
-        self.proc = subprocess.Popen(config.command(), cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True)
-        self.target = self._wait_ready()
+    def __init__(self, command: List[str], env: Dict[str, str], log_prefix: str):
+        self.log = tempfile.NamedTemporaryFile(prefix=log_prefix, suffix=".log", delete=False)
+        self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
 
-    def _wait_ready(self) -> Target:
-        lines: "queue.Queue[Optional[str]]" = queue.Queue()
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
 
-        def pump() -> None:
-            assert self.proc.stdout is not None
-            for line in self.proc.stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + BOOT_TIMEOUT
+    def wait_ready(self, pattern: "re.Pattern[str]", timeout: float = BOOT_TIMEOUT) -> "Optional[re.Match[str]]":
+        """The first stdout line's match of ``pattern``; None if the child's stdout
+        ends or the time runs out first."""
+        deadline = time.monotonic() + timeout
         while True:
             try:
-                line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+                line = self._lines.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
-                line = None
+                return None
             if line is None:
-                self.stop(signal.SIGKILL)
-                raise RuntimeError(f"the {self.config.kind} server did not start; its log:\n{self.stderr()[-3000:]}")
-            m = READY.search(line + " ")
+                return None
+            m = pattern.search(line + " ")
             if m:
-                return Target.from_url(m.group(1))
+                return m
 
     @property
     def pid(self) -> int:
@@ -124,18 +120,43 @@ class ServerProcess:
         with open(self.log.name, errors="replace") as f:
             return f.read()
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> Optional[int]:
+        """Signal the child and wait; kill it at the deadline.  Its exit status,
+        or None if it had to be killed."""
         if self.proc.poll() is None:
-            self.proc.send_signal(sig)
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
         try:
-            self.proc.wait(timeout)
+            return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+            return None
+
+
+class ServerProcess(ReadyProcess):
+    """A server started for the benchmark, stopped when the ``with`` block ends."""
+
+    def __init__(self, config: ServerConfig):
+        self.config = config
+        env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+        super().__init__(config.command(), env, f"mtok-bench-{config.kind}-")
+        m = self.wait_ready(READY)
+        if m is None:
+            self.stop(signal.SIGKILL)
+            raise RuntimeError(f"the {config.kind} server did not start; its log:\n{self.stderr()[-3000:]}")
+        self.target = Target.from_url(m.group(1))
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> Optional[int]:
+        code = super().stop(sig, timeout)
         try:
             os.unlink(self.log.name)
         except OSError:
             pass
+        return code
 
     def __enter__(self) -> "ServerProcess":
         return self
