@@ -161,7 +161,6 @@ class PortArgs:
     detokenizer_ipc_name: str = ""
     tokenizer_ipc_name: str = ""
     tokenizer_worker_ipc_name: str = ""
-    worker_ipc_names: List[str] = field(default_factory=list)
 
     @classmethod
     def in_dir(cls, sock_dir: str) -> "PortArgs":

@@ -53,10 +53,6 @@ class MultiHttpWorkerDetokenizerMixin:
         if name is not None and hasattr(self, "socket_mapping"):
             self.socket_mapping.drop(name)
 
-    def maybe_clear_socket_mapping(self) -> None:
-        if hasattr(self, "socket_mapping"):
-            self.socket_mapping.clear_all_sockets()
-
 
 class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
     def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes):

@@ -160,9 +160,6 @@ class BatchEmbeddingOutput(BaseBatchReq):
     prompt_tokens: List[int] = field(default_factory=list)
 
 
-BATCH_OUTPUTS = (BatchTokenIDOutput, BatchStrOutput, BatchEmbeddingOutput)
-
-
 def _take(value: Any, indices: Sequence[int]) -> Any:
     """Select ``indices`` from one field of a batch.
 

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 PR_SET_NAME = 15
 PR_SET_PDEATHSIG = 1
@@ -111,7 +111,3 @@ def exit_now(code: int = 0) -> None:
         sys.stderr.flush()
     finally:
         os._exit(code)
-
-
-def monotonic_deadline(seconds: Optional[float]) -> Optional[float]:
-    return None if seconds is None else time.monotonic() + seconds

@@ -15,7 +15,6 @@ comparison is skipped, saying why.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from typing import Any, Dict, List, Optional
 

@@ -8,7 +8,7 @@ boundary, so the pieces are the same).
 
 from __future__ import annotations
 
-from typing import Callable, List, Pattern, Tuple
+from typing import List, Pattern, Tuple
 
 from .. import TokenizerError
 from .onig import find_spans
@@ -31,23 +31,6 @@ def regex_spans(regex: Pattern[str], text: str, invert: bool = False) -> List[Sp
         prev = e
     if prev != len(text):
         spans.append((prev, len(text), invert))
-    return spans
-
-
-def char_spans(pred: Callable[[str], bool], text: str) -> List[Span]:
-    """Every character satisfying ``pred`` is a match of its own."""
-    if not text:
-        return [(0, 0, False)]
-    spans: List[Span] = []
-    last = 0
-    for i, c in enumerate(text):
-        if pred(c):
-            if last < i:
-                spans.append((last, i, False))
-            spans.append((i, i + 1, True))
-            last = i + 1
-    if last < len(text):
-        spans.append((last, len(text), False))
     return spans
 
 

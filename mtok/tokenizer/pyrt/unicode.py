@@ -193,10 +193,6 @@ def _categories(names: Tuple[str, ...]) -> CharSet:
     return CharSet(rs)
 
 
-def category_of(cp: int) -> str:
-    return unicodedata.category(chr(cp))
-
-
 # -- named sets --------------------------------------------------------------------
 
 def white_space() -> CharSet:
