@@ -61,6 +61,9 @@ class IncrementalDecoder:
         self.byte_ids = getattr(tokenizer, "byte_token_ids", frozenset())
         self.special_ids = getattr(tokenizer, "special_ids", frozenset())
         self.has_added = bool(getattr(tokenizer, "added_token_ids", ()))
+        # Built here, at start-up: a vocabulary-sized loop must not stall the
+        # first request that needs it.
+        self.byte_tables = {skip: tokenizer.byte_table(skip) for skip in (True, False)}
 
     def step(self, states: Sequence[DecodeState], final: Sequence[bool]) -> List[str]:
         """Decode the ids appended since the last step; return each state's newly
@@ -73,7 +76,7 @@ class IncrementalDecoder:
         for (skip, spaces), idx in groups.items():
             # Without spaces between special tokens, added tokens split the text
             # into runs decoded apart: not a plain byte stream.
-            table = self.tokenizer.byte_table(skip) if spaces or not self.has_added else None
+            table = self.byte_tables[skip] if spaces or not self.has_added else None
             if table is not None:
                 self._step_bytes(table, states, idx, final, out)
             else:

@@ -8,6 +8,7 @@ sees only this interface.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -106,11 +107,13 @@ class Tokenizer:
         )
         self.bos_token_id: Optional[int] = self.token_to_id(files.bos_token) if files.bos_token else None
         self.max_model_len: Optional[int] = files.model_max_length
-        # SentencePiece byte tokens (<0xE4>): a ByteFallback decoder renders a run
-        # of them as a whole, so a later one can change how earlier ones read.
-        self.byte_token_ids: FrozenSet[int] = frozenset(
-            i for i in range(self.vocab_size) if _is_byte_token(self.id_to_token(i))
-        )
+
+    @functools.cached_property
+    def byte_token_ids(self) -> FrozenSet[int]:
+        """SentencePiece byte tokens (<0xE4>): a ByteFallback decoder renders a run
+        of them as a whole, so a later one can change how earlier ones read.
+        Only decoding needs it, so it is built on first use, not in every worker."""
+        return frozenset(i for i in range(self.vocab_size) if _is_byte_token(self.id_to_token(i)))
 
     def byte_table(self, skip_special_tokens: bool) -> Optional[List[bytes]]:
         """Per token id, the bytes a ByteLevel decoder makes of it (b"" for a
@@ -190,9 +193,6 @@ class Tokenizer:
         if run:
             parts.append(self._decode_batch([run], skip_special_tokens)[0])
         return "".join(parts)
-
-    def is_valid_id(self, token_id: int) -> bool:
-        return 0 <= token_id < self.vocab_size
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path!r} vocab={self.vocab_size}>"
