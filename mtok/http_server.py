@@ -111,7 +111,7 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     request_queue_size = 1024
 
     def __init__(self, sock: socket.socket, app: Any, api_key: Optional[str], max_body: int, timeout: float,
-                 max_connections: int = 1024):
+                 max_connections: int = 1024, metrics: Optional[Metrics] = None):
         # Bind and listen happen elsewhere (the socket may be shared by workers).
         socketserver.BaseServer.__init__(self, sock.getsockname(), RequestHandler)
         self.socket = sock
@@ -124,7 +124,7 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.watcher = DisconnectWatcher()
         self.deadlines = ReadDeadlines(timeout)
         self.tick: Optional[Callable[[], None]] = None
-        self.metrics = Metrics()
+        self.metrics = metrics or Metrics()
         self.max_connections = max_connections
         self.connections = 0
         self.draining = False  # set on graceful stop: new requests are turned away

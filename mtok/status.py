@@ -108,10 +108,6 @@ class StatusBoard:
     def count_restart(self) -> None:
         struct.pack_into("<I", self.buf, 12, self.restarts + 1)
 
-    @property
-    def started(self) -> float:
-        return self._header()[5] / 1e9
-
     # -- slots ---------------------------------------------------------------------
     def _offset(self, index: int) -> int:
         if not 0 <= index < self.nslots:

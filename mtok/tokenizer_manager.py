@@ -113,7 +113,7 @@ class TokenizerManager:
         self.rid_to_state: Dict[str, ReqState] = {}
         self.rpc_waiters: Dict[str, "queue.SimpleQueue[RpcOutput]"] = {}
         self.failure: Optional[str] = None
-        self.metrics = Metrics()  # the HTTP frontend shares its own
+        self.metrics = Metrics()  # this process's counters; the HTTP server counts into them too
         self.recv_from_detokenizer = Receiver(self.result_ipc_name, authkey)
         self.send_to_scheduler = self.make_sender()
         self._dispatch = {

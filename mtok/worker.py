@@ -32,8 +32,7 @@ class HttpFrontend:
         self.sock = sock
         self.api = Api(tm, board, slot)
         self.httpd = HTTPServer(sock, self.api, args.api_key, args.max_request_bytes, args.http_timeout,
-                                args.max_connections)
-        tm.metrics = self.api.metrics = self.httpd.metrics
+                                args.max_connections, tm.metrics)
         self.board, self.slot = board, slot
         self.httpd.tick = self.tick
         self._thread: Optional[threading.Thread] = None
