@@ -139,5 +139,13 @@ class StatusBoard:
         age = (time.monotonic_ns() - hb) / 1e9
         return SlotInfo(index, pid, SlotState(state), age, served, name.rstrip(b"\0").decode())
 
+    def failure_message(self) -> str:
+        """What a failed server tells its clients: which core process died."""
+        for index, role in ((SCHEDULER_SLOT, "scheduler"), (DETOKENIZER_SLOT, "detokenizer")):
+            info = self.slot(index)
+            if info.state == SlotState.DEAD:
+                return f"the {role} (pid {info.pid}) died"
+        return "a core process died"
+
     def worker_slots(self) -> List[SlotInfo]:
         return [self.slot(i) for i in range(FIRST_WORKER_SLOT, self.nslots)]

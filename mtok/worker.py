@@ -20,7 +20,7 @@ from .args import ServerArgs, read_args
 from .http_server import HTTPServer, make_listen_socket
 from .metrics import publish
 from .procutil import ChildBoot, exit_now, on_signal
-from .status import StatusBoard
+from .status import ServerState, StatusBoard
 from .tokenizer_manager import TokenizerManager, TokenizerWorker
 
 logger = logging.getLogger(__name__)
@@ -39,10 +39,14 @@ class HttpFrontend:
 
     def tick(self) -> None:
         """Called by the serving loop at least every poll interval: proof of
-        life, and this worker's counters for whoever answers /metrics."""
+        life, this worker's counters for whoever answers /metrics, and a look at
+        the server's state, so that a core process's death fails the requests in
+        flight even if the supervisor's notice to this worker went astray."""
         self.board.heartbeat(self.slot)
         self.board.set_served(self.slot, self.httpd.served)
         publish(self.board.extra(self.slot), self.httpd.metrics.snapshot())
+        if self.tm.failure is None and self.board.state == ServerState.FAILED:
+            self.tm.fail_all(self.board.failure_message())
 
     def start(self) -> None:
         self._thread = threading.Thread(
