@@ -12,23 +12,25 @@ import time
 from typing import Any, Dict, Iterator, List, Optional
 from urllib.parse import parse_qs
 
-from . import __version__
+from . import __version__, fields
 from .http_server import EventStream, Request, Response, route
 from .io_struct import GenerateReqInput, SamplingParams
+from .logprobs import OUTPUT_KEYS, sglang_meta
 from .metrics import merge as merge_metrics
 from .metrics import read as read_metrics
 from .metrics import render as render_metrics
 from .openai_api import OpenAIRoutes, embedding_inputs
 from .status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
 from .tokenizer_manager import ReqState, TokenizerManager
-from .validate import APIError, bad, check_unknown, get_bool, get_str, parse_generate, require_object, token_list
+from .parse import parse_generate
+from .validate import APIError, bad, check_unknown, get_bool, get_str, require_object, token_list
 
 
 def finish_reason(st: ReqState) -> Optional[Dict[str, Any]]:
     """The finish reason as clients see it (internal fields dropped)."""
     if st.finished_reason is None:
         return None
-    return {k: v for k, v in st.finished_reason.items() if k != "status_code"}
+    return {k: v for k, v in st.finished_reason.items() if k not in ("status_code", "param")}
 
 
 class Api(OpenAIRoutes):
@@ -80,6 +82,8 @@ class Api(OpenAIRoutes):
         }
         if st.finished:
             meta["e2e_latency"] = round(time.monotonic() - st.created, 6)
+        if st.logprobs is not None:
+            meta.update(sglang_meta(st.logprobs))
         return meta
 
     def healthy(self) -> bool:
@@ -87,40 +91,55 @@ class Api(OpenAIRoutes):
 
     # -- native ----------------------------------------------------------------------
     @route("POST", "/generate")
+    @route("PUT", "/generate")
     def generate(self, req: Request) -> Any:
-        obj = parse_generate(req.json())
+        obj = parse_generate(req.json(), self.args.strict_fields)
         states = self.tm.generate_request(obj, req.watch)
+        as_list = obj.is_batch or obj.num_outputs > 1  # SGLang answers n > 1 with a list too
         if not obj.stream:
-            out = [self._generate_result(st) for st in self.collect(states, obj.batch_size)]
-            return out if obj.is_batch else out[0]
-        return EventStream(self._generate_events(self.first_then_rest(states), obj.is_batch))
+            out = [self._generate_result(st) for st in self.collect(states, obj.num_outputs)]
+            return out if as_list else out[0]
+        events = self._generate_events(self.first_then_rest(states), as_list, self.args.incremental_streaming_output)
+        return EventStream(events)
 
     def _generate_result(self, st: ReqState) -> Dict[str, Any]:
         return {"text": st.text, "output_ids": list(st.output_ids), "meta_info": self.meta_info(st)}
 
-    def _generate_events(self, states: Iterator[ReqState], is_batch: bool) -> Iterator[Any]:
+    def _generate_events(self, states: Iterator[ReqState], as_list: bool, incremental: bool) -> Iterator[Any]:
+        """SGLang's stream: cumulative text and ids in every event, or, with
+        --incremental-streaming-output, only what is new (output logprobs too)."""
+        sent: Dict[int, tuple] = {}
         for st in states:
             err = st.error() if st.finished_reason is not None else None
             if err is not None:  # the server failed mid-stream
                 yield err.body()
                 break
-            event = self._generate_result(st)
-            if is_batch:
+            if incremental:
+                chars, ids = sent.get(st.index, (0, 0))
+                sent[st.index] = (len(st.text), len(st.output_ids))
+                meta = self.meta_info(st)
+                for key in OUTPUT_KEYS:
+                    if key in meta:
+                        meta[key] = meta[key][ids:]
+                event = {"text": st.text[chars:], "output_ids": st.output_ids[ids:], "meta_info": meta}
+            else:
+                event = self._generate_result(st)
+            if as_list:
                 event["index"] = st.index
             yield event
         yield "[DONE]"
 
     @route("POST", "/encode")
+    @route("PUT", "/encode")
     def encode(self, req: Request) -> Any:
         """SGLang's embedding endpoint: ``text`` or ``input_ids``, single or batch."""
-        body = require_object(req.json())
-        check_unknown(body, ("text", "input_ids", "model", "rid"))
-        has_text, has_ids = body.get("text") is not None, body.get("input_ids") is not None
+        got = fields.read(require_object(req.json()), fields.ENC, self.args.strict_fields)
+        has_text, has_ids = "text" in got, "input_ids" in got
         if has_text == has_ids:
             raise bad("give exactly one of 'text' and 'input_ids'", "text")
         key = "text" if has_text else "input_ids"
-        inputs, is_batch = embedding_inputs(body[key], key)
-        states = self.tm.embed_request(inputs, get_str(body, "model"), req.watch)
+        inputs, is_batch = embedding_inputs(got[key], key)
+        states = self.tm.embed_request(inputs, got.get("model"), req.watch)
         out = []
         for st in states:
             err = st.error()
@@ -151,7 +170,8 @@ class Api(OpenAIRoutes):
         tokens = token_list(body["tokens"], "tokens")
         model.check_ids([tokens], "tokens")
         skip = get_bool(body, "skip_special_tokens", False)
-        return {"prompt": model.tokenizer.decode(tokens, skip)}
+        text = model.tokenizer.decode(tokens, skip)
+        return {"text": text, "prompt": text}  # SGLang's key and vLLM's
 
     @route("GET", "/health")
     def health(self, req: Request) -> Any:
@@ -233,9 +253,42 @@ class Api(OpenAIRoutes):
 
     @route("POST", "/abort_request")
     def abort_request(self, req: Request) -> Any:
+        """SGLang's: ``rid`` (a string or a list), or ``abort_all``.  A completion's
+        ``id`` is its rid, so it aborts every choice of that completion."""
         body = require_object(req.json())
-        check_unknown(body, ("rid", "abort_all"))
-        rid = get_str(body, "rid")
-        if not rid:
-            raise bad("'rid' is required", "rid")
-        return {"rid": rid, "aborted": bool(self.tm.rpc("abort", rid=rid))}
+        check_unknown(body, ("rid", "abort_all", "finished_reason", "abort_message"))
+        if get_bool(body, "abort_all", False):
+            return {"aborted": self.tm.rpc("abort", abort_all=True)}
+        rid = body.get("rid")
+        rids = rid if isinstance(rid, list) else [rid]
+        if not rids or not all(isinstance(r, str) and r for r in rids):
+            raise bad("'rid' is required: a request id or a list of them (or give 'abort_all')", "rid")
+        aborted = sum(self.tm.rpc("abort", rid=r) for r in rids)
+        return {"rid": rid, "aborted": aborted > 0}
+
+    @route("POST", "/flush_cache")
+    @route("GET", "/flush_cache")
+    def flush_cache(self, req: Request) -> Any:
+        """SGLang's cache flush, forwarded to every engine (which must declare 'flush_cache')."""
+        try:
+            self.tm.rpc("flush_cache")
+        except APIError as e:
+            raise APIError(f"cannot flush the cache: {e.message}", 400) from None
+        return Response("Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+                        "waiting requests, the operation will not be performed.)\n")
+
+    @route("GET", "/ready")
+    def ready(self, req: Request) -> Any:
+        if not self.healthy():
+            return Response({"status": "not ready", "message": self.tm.failure or self.board.state.name.lower()}, 503)
+        return {"status": "ready"}
+
+    @route("GET", "/ping")
+    @route("POST", "/ping")
+    def ping(self, req: Request) -> Any:
+        return Response({"status": "ok"} if self.healthy() else {"status": "unhealthy"}, 200 if self.healthy() else 503)
+
+    @route("GET", "/")
+    def root(self, req: Request) -> Any:
+        return {"name": "mtok", "version": __version__, "models": list(self.tm.models)}
+

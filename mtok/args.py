@@ -53,6 +53,9 @@ class ServerArgs:
     http_timeout: float = 60.0
     listen_mode: str = "auto"
     log_level: str = "info"
+    strict_fields: bool = False
+    incremental_streaming_output: bool = False
+    cors_allow_origins: List[str] = field(default_factory=list)
 
     @property
     def model_name(self) -> str:
@@ -115,6 +118,13 @@ class ServerArgs:
           help="how workers share the port: one inherited socket ('shared', what auto picks) or "
                "one SO_REUSEPORT socket each (default: %(default)s)")
         a("--log-level", default=d.log_level, help="debug, info, warning, error (default: %(default)s)")
+        a("--strict-fields", action="store_true",
+          help="refuse request fields mtok does not know (default: ignore them, logging each name once)")
+        a("--incremental-streaming-output", action="store_true",
+          help="native streams send only what is new in each event: text, output_ids, output logprobs "
+               "(default: cumulative, as SGLang)")
+        a("--cors-allow-origins", nargs="*", default=[], metavar="ORIGIN",
+          help="origins browsers may call from ('*' for any; default: none)")
 
     @classmethod
     def from_cli_args(cls, ns: argparse.Namespace) -> "ServerArgs":

@@ -63,6 +63,7 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
         self.default_model = specs[0].name
         self.tokenizer = tokenizers[self.default_model]
         self.states: Dict[str, DecodeStatus] = {}
+        self.token_text_cache: Dict[str, Dict[int, str]] = {}
         # Only running requests have state, so more than this means state that
         # outlived its request; the least recently advanced goes first.
         self.max_states = 2 * server_args.max_running_requests + 64
@@ -124,6 +125,8 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
             prompt_tokens=recv.prompt_tokens,
             completion_tokens=recv.completion_tokens,
         )
+        if recv.logprobs is not None:
+            out.logprobs = self.logprob_triples(recv)
         offsets = recv.stop_str_offsets or [None] * len(states)
         for i, st in enumerate(states):
             text = st.unsent + new_texts[i] if st.unsent else new_texts[i]
@@ -141,12 +144,61 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
         self._bound_states()
         return out
 
+    def logprob_triples(self, recv: BatchTokenIDOutput) -> List[Optional[Dict[str, list]]]:
+        """Each (logprob, id) as SGLang's [logprob, id, text-or-None]; the texts of
+        the whole step are decoded at once, one batch call per model."""
+        wanted: Dict[str, set] = {}
+        for i, d in enumerate(recv.logprobs or ()):
+            if d and recv.logprob_texts and recv.logprob_texts[i]:
+                ids = wanted.setdefault(self._model_of(recv, i), set())
+                for rows in d.values():
+                    _collect_ids(rows, ids)
+        texts = {name: self.token_texts(name, ids) for name, ids in wanted.items()}
+        out: List[Optional[Dict[str, list]]] = []
+        for i, d in enumerate(recv.logprobs or ()):
+            table = texts.get(self._model_of(recv, i)) if recv.logprob_texts and recv.logprob_texts[i] else None
+            out.append(None if d is None else {k: _triples(rows, table) for k, rows in d.items()})
+        return out
+
+    def _model_of(self, recv: BatchTokenIDOutput, i: int) -> str:
+        return (recv.models[i] if recv.models else None) or self.default_model
+
+    def token_texts(self, model: str, ids: set) -> Dict[int, str]:
+        """id -> the token's text alone (special tokens kept), cached per model."""
+        cache = self.token_text_cache.setdefault(model, {})
+        missing = [t for t in ids if t not in cache]
+        if missing:
+            if len(cache) > 200_000:
+                cache.clear()
+            tok = self.decoders[model].tokenizer
+            for t, text in zip(missing, tok.decode_batch([[t] for t in missing], False)):
+                cache[t] = text
+        return cache
+
     def _bound_states(self) -> None:
         excess = len(self.states) - self.max_states
         if excess > 0:
             for rid in list(self.states)[:excess]:
                 del self.states[rid]
             logger.warning("dropped decode state of %d stale request(s)", excess)
+
+
+def _collect_ids(rows: Any, into: set) -> None:
+    """The token ids in logprob rows: (logprob, id) pairs, lists of them, or None."""
+    for row in rows:
+        if row is None:
+            continue
+        if isinstance(row, tuple):
+            into.add(row[1])
+        else:
+            into.update(t for _, t in row)
+
+
+def _triples(rows: list, texts: Optional[Dict[int, str]]) -> list:
+    def one(pair: tuple) -> list:
+        return [pair[0], pair[1], texts[pair[1]] if texts is not None else None]
+
+    return [None if r is None else one(r) if isinstance(r, tuple) else [one(p) for p in r] for r in rows]
 
 
 def _trims_stop_token(reason: Dict[str, Any], ids: List[int], no_stop_trim: bool) -> bool:

@@ -36,6 +36,25 @@ class SamplingParams:
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0
     seed: Optional[int] = None
+    n: int = 1
+    # constraints and extras for engines that declare them (mtok.engines)
+    regex: Optional[str] = None
+    json_schema: Optional[str] = None
+    ebnf: Optional[str] = None
+    structural_tag: Optional[str] = None
+    logit_bias: Optional[Dict[str, float]] = None
+    custom_params: Optional[Dict[str, Any]] = None
+
+
+@dataclass
+class LogprobParams:
+    """What logprobs a request wants (SGLang's names).  ``start_len`` is where
+    prompt logprobs begin (-1: none); ``with_text`` asks for token texts."""
+
+    start_len: int = -1
+    top_n: int = 0
+    token_ids: Optional[List[int]] = None
+    with_text: bool = False
 
 
 @dataclass
@@ -66,11 +85,18 @@ class GenerateReqInput:
     rid: Optional[Union[str, List[str]]] = None
     model: Optional[str] = None
     is_batch: bool = False
+    logprobs: Optional[LogprobParams] = None
+    lora_path: Optional[str] = None
 
     @property
     def batch_size(self) -> int:
         prompts = self.text if self.text is not None else self.input_ids
         return len(prompts) if self.is_batch else 1  # type: ignore[arg-type]
+
+    @property
+    def num_outputs(self) -> int:
+        """Requests this expands to: ``n`` samples of each prompt."""
+        return sum(self.params_at(i).n for i in range(self.batch_size))
 
     def params_at(self, i: int) -> SamplingParams:
         sp = self.sampling_params
@@ -85,6 +111,8 @@ class TokenizedGenerateReqInput(BaseReq):
     stream: bool = False
     model: Optional[str] = None
     created: float = field(default_factory=time.time)
+    logprobs: Optional[LogprobParams] = None
+    lora_path: Optional[str] = None
 
 
 @dataclass
@@ -140,6 +168,10 @@ class BatchTokenIDOutput(BaseBatchReq):
     # detokenizer trims exactly where the scheduler stopped
     stop_str_offsets: List[Optional[int]] = field(default_factory=list)
     models: Optional[List[Optional[str]]] = None
+    # per request, None unless it asked for logprobs: {key: rows} where a key is
+    # one of LOGPROB_KEYS and a row is (logprob, id) or a list of those (or None)
+    logprobs: Optional[List[Optional[Dict[str, list]]]] = None
+    logprob_texts: Optional[List[bool]] = None
 
 
 @dataclass
@@ -151,6 +183,14 @@ class BatchStrOutput(BaseBatchReq):
     output_ids: List[List[int]] = field(default_factory=list)
     prompt_tokens: List[int] = field(default_factory=list)
     completion_tokens: List[int] = field(default_factory=list)
+    # as in BatchTokenIDOutput, with each (logprob, id) now [logprob, id, text-or-None]
+    logprobs: Optional[List[Optional[Dict[str, list]]]] = None
+
+
+# SGLang's meta_info keys; the "_top_" and "_token_ids_" ones hold one list (or
+# None) per position, the others one entry per position.
+LOGPROB_KEYS = ("input_token_logprobs", "output_token_logprobs", "input_top_logprobs", "output_top_logprobs",
+                "input_token_ids_logprobs", "output_token_ids_logprobs")
 
 
 @dataclass
@@ -199,6 +239,7 @@ def group_by_worker(output: BaseBatchReq) -> Dict[str, BaseBatchReq]:
 # this list is a second wall behind that one.
 MESSAGE_TYPES = (
     SamplingParams,
+    LogprobParams,
     TokenizedGenerateReqInput,
     TokenizedEmbeddingReqInput,
     AbortReq,

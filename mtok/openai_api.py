@@ -9,33 +9,17 @@ from __future__ import annotations
 import base64
 import struct
 import time
-import uuid
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
+from . import fields
 from .http_server import EventStream, Request, route
-from .io_struct import GenerateReqInput, SamplingParams
-from .validate import (
-    _json_type,
-    bad,
-    get_bool,
-    get_float,
-    get_int,
-    get_str,
-    require_object,
-    stop_list,
-    token_list,
-)
+from .io_struct import GenerateReqInput, LogprobParams, SamplingParams
+from .logprobs import CompletionLogprobs, merge
+from .parse import parse_rid, response_format, sampling_params
+from .validate import _json_type, as_int, bad, get_bool, get_int, get_str, require_object, token_list
 
 if TYPE_CHECKING:
     from .tokenizer_manager import ReqState
-
-COMPLETION_FIELDS = {
-    "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs",
-    "echo", "stop", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "user", "seed",
-    "suffix", "min_tokens", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-    "stop_token_ids", "top_k", "min_p", "repetition_penalty", "include_stop_str_in_output",
-}
-
 
 def parse_prompt(prompt: Any, obj: GenerateReqInput) -> None:
     """OpenAI's four prompt shapes: a string, strings, a token list, token lists."""
@@ -53,49 +37,49 @@ def parse_prompt(prompt: Any, obj: GenerateReqInput) -> None:
                   if not isinstance(prompt, list) else "'prompt' must not be empty", "prompt")
 
 
-def parse_completion(body: Any) -> "tuple[GenerateReqInput, bool]":
-    body = require_object(body)
-    unknown = set(body) - COMPLETION_FIELDS
-    if unknown:
-        raise bad(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))}", sorted(unknown)[0])
-    if "prompt" not in body:
-        raise bad("'prompt' is required", "prompt")
-    if get_int(body, "n", 1, 1, 1) != 1 or get_int(body, "best_of", 1, 1, 1) != 1:
-        raise bad("only n = 1 is supported", "n")
-    if body.get("logprobs") is not None:
-        raise bad("'logprobs' is not supported", "logprobs")
-    if get_bool(body, "echo", False):
-        raise bad("'echo' is not supported", "echo")
-    if body.get("suffix") is not None:
-        raise bad("'suffix' is not supported", "suffix")
-    opts = body.get("stream_options")
+def openai_sampling(got: Dict[str, Any], default_max: Optional[int], echo: bool = False) -> SamplingParams:
+    """Sampling parameters of an OpenAI body (completions or chat), from :func:`fields.read`'s result."""
+    if got.get("max_new_tokens") == 0 and not echo:
+        raise bad("'max_tokens' must be at least 1 (0 is only meaningful with 'echo')", "max_tokens")
+    n = got.get("n", 1)
+    best_of = got.get("best_of")
+    if best_of is not None and best_of != n:
+        raise bad(f"'best_of' ({best_of}) must equal 'n' ({n}): returning the best of more samples than are "
+                  "returned is not supported", "best_of")
+    defaults = {"max_new_tokens": default_max} if default_max is not None else {}
+    sp = sampling_params(got, **defaults)
+    if "response_format" in got:
+        response_format(got["response_format"], sp)
+    return sp
+
+
+def stream_options(got: Dict[str, Any]) -> bool:
+    """include_usage of ``stream_options``."""
+    opts = got.get("stream_options")
     if opts is not None and not isinstance(opts, dict):
         raise bad("'stream_options' must be an object", "stream_options")
-    include_usage = get_bool(opts or {}, "include_usage", False, "stream_options.include_usage")
-    sp = SamplingParams(
-        max_new_tokens=get_int(body, "max_tokens", 16, 1),  # type: ignore[arg-type]
-        min_new_tokens=get_int(body, "min_tokens", 0, 0),  # type: ignore[arg-type]
-        stop=stop_list(body.get("stop"), "stop"),
-        stop_token_ids=token_list(body.get("stop_token_ids") or [], "stop_token_ids"),
-        ignore_eos=get_bool(body, "ignore_eos", False),
-        skip_special_tokens=get_bool(body, "skip_special_tokens", True),
-        spaces_between_special_tokens=get_bool(body, "spaces_between_special_tokens", True),
-        no_stop_trim=get_bool(body, "include_stop_str_in_output", False),
-        temperature=get_float(body, "temperature", 1.0, 0.0, 2.0),
-        top_p=get_float(body, "top_p", 1.0, 0.0, 1.0),
-        top_k=get_int(body, "top_k", -1, -1),  # type: ignore[arg-type]
-        min_p=get_float(body, "min_p", 0.0, 0.0, 1.0),
-        frequency_penalty=get_float(body, "frequency_penalty", 0.0, -2.0, 2.0),
-        presence_penalty=get_float(body, "presence_penalty", 0.0, -2.0, 2.0),
-        repetition_penalty=get_float(body, "repetition_penalty", 1.0, 0.0, 2.0),
-        seed=get_int(body, "seed", None),
-    )
-    if body.get("logit_bias") is not None and not isinstance(body["logit_bias"], dict):
-        raise bad("'logit_bias' must be an object", "logit_bias")
-    get_str(body, "user")
-    obj = GenerateReqInput(sampling_params=sp, stream=get_bool(body, "stream", False), model=get_str(body, "model"))
-    parse_prompt(body["prompt"], obj)
-    return obj, include_usage
+    return get_bool(opts or {}, "include_usage", False, "stream_options.include_usage")
+
+
+def parse_completion(body: Any, strict: bool = False) -> "tuple[GenerateReqInput, Dict[str, Any]]":
+    """A /v1/completions body: the request, and the response options (include_usage, echo, logprobs)."""
+    body = require_object(body)
+    got = fields.read(body, fields.CMPL, strict)
+    if "prompt" not in got:
+        raise bad("'prompt' is required", "prompt")
+    logprobs = got.get("logprobs")
+    if logprobs is not None:
+        logprobs = as_int(logprobs, "logprobs", 0, 20)
+    echo = got.get("echo", False)
+    opts = {"include_usage": stream_options(got), "echo": echo, "logprobs": logprobs}
+    sp = openai_sampling(got, 16, echo)
+    obj = GenerateReqInput(sampling_params=sp, stream=got.get("stream", False), model=got.get("model"),
+                           lora_path=got.get("lora_path"), rid=got.get("rid"))
+    if logprobs is not None:
+        obj.logprobs = LogprobParams(start_len=0 if echo else -1, top_n=logprobs, with_text=True)
+    parse_prompt(got["prompt"], obj)
+    obj.rid = parse_rid(obj.rid, obj.is_batch, obj.batch_size)
+    return obj, opts
 
 
 def base64_floats(vec: List[float]) -> str:
@@ -137,28 +121,22 @@ class OpenAIRoutes:
 
     @route("POST", "/v1/completions")
     def completions(self, req: Request) -> Any:
-        obj, include_usage = parse_completion(req.json())
+        obj, opts = parse_completion(req.json(), self.args.strict_fields)
         model = self.tm.model(obj.model)
         states = self.tm.generate_request(obj, req.watch)
-        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": model.name}
+        rid = obj.rid if isinstance(obj.rid, str) else obj.rid[0].rpartition("-")[0]  # type: ignore[index]
+        head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model.name}
+        choices = CompletionChoices(obj, opts, model.tokenizer)
         if obj.stream:
-            return EventStream(self._completion_chunks(self.first_then_rest(states), head, obj.batch_size,
-                                                       include_usage))
-        results = self.collect(states, obj.batch_size)
-        choices = []
-        for st in results:
-            finish, matched = openai_finish(st)
-            choices.append({"index": st.index, "text": st.text, "logprobs": None, "finish_reason": finish,
-                            "stop_reason": matched})
-        return dict(head, choices=choices, usage=self.usage(results))
+            return EventStream(self._completion_chunks(self.first_then_rest(states), head, choices,
+                                                       opts["include_usage"]))
+        results = self.collect(states, obj.num_outputs)
+        return dict(head, choices=[choices.whole(st) for st in results], usage=self.usage(results))
 
     @route("POST", "/v1/embeddings")
     def embeddings(self, req: Request) -> Any:
         body = require_object(req.json())
-        unknown = set(body) - {"input", "model", "encoding_format", "dimensions", "user"}
-        if unknown:
-            raise bad(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))}", sorted(unknown)[0])
+        fields.read(body, fields.EMB, self.args.strict_fields)  # unknown, ignored and refused fields
         if "input" not in body:
             raise bad("'input' is required", "input")
         fmt = get_str(body, "encoding_format", "float")
@@ -189,28 +167,76 @@ class OpenAIRoutes:
         completion = sum(st.completion_tokens for st in states)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
-    def _completion_chunks(self, states: Iterator["ReqState"], head: Dict[str, Any], n: int,
+    def _completion_chunks(self, states: Iterator["ReqState"], head: Dict[str, Any], choices: "CompletionChoices",
                            include_usage: bool) -> Iterator[Any]:
-        sent = [0] * n
         final: Dict[int, "ReqState"] = {}
         for st in states:
             err = st.error()
             if err is not None:
                 yield err.body()
                 break
-            delta = st.text[sent[st.index]:]
-            sent[st.index] = len(st.text)
-            finish, matched = openai_finish(st)
-            if finish is not None:
+            choice = choices.delta(st)
+            if choice["finish_reason"] is not None:
                 final[st.index] = st
-            elif not delta:
+            elif not choice["text"] and not choice["logprobs"]:
                 continue
-            choice = {"index": st.index, "text": delta, "logprobs": None, "finish_reason": finish,
-                      "stop_reason": matched}
             chunk = dict(head, choices=[choice])
             if include_usage:
                 chunk["usage"] = None
             yield chunk
-        if include_usage and len(final) == n:
+        if include_usage and len(final) == choices.total:
             yield dict(head, choices=[], usage=self.usage(list(final.values())))
         yield "[DONE]"
+
+
+class CompletionChoices:
+    """The choices of one /v1/completions call: text (with the prompt first
+    under ``echo``), logprobs, finish reasons; whole, or as stream deltas."""
+
+    def __init__(self, obj: GenerateReqInput, opts: Dict[str, Any], tokenizer: Any):
+        self.obj, self.echo, self.k = obj, opts["echo"], opts["logprobs"]
+        self.tokenizer = tokenizer
+        self.total = obj.num_outputs
+        self.per_prompt = obj.params_at(0).n
+        self.sent: Dict[int, int] = {}
+        self.lps: Dict[int, CompletionLogprobs] = {}
+
+    def prompt_text(self, index: int) -> str:
+        i = index // self.per_prompt
+        if self.obj.text is not None:
+            return self.obj.text[i] if self.obj.is_batch else self.obj.text  # type: ignore[return-value]
+        ids = self.obj.input_ids[i] if self.obj.is_batch else self.obj.input_ids  # type: ignore[index]
+        return self.tokenizer.decode(ids)
+
+    def whole(self, st: "ReqState") -> Dict[str, Any]:
+        finish, matched = openai_finish(st)
+        text = self.prompt_text(st.index) + st.text if self.echo else st.text
+        lps = None
+        if self.k is not None and st.logprobs is not None:
+            lp = CompletionLogprobs()
+            lps = lp.take(st.logprobs, "input") if self.echo else None
+            out = lp.take(st.logprobs, "output")
+            lps = merge(lps, out) if lps is not None else out
+        return {"index": st.index, "text": text, "logprobs": lps, "finish_reason": finish,
+                "stop_reason": matched, "matched_stop": matched}
+
+    def delta(self, st: "ReqState") -> Dict[str, Any]:
+        first = st.index not in self.sent
+        start = self.sent.get(st.index, 0)
+        self.sent[st.index] = len(st.text)
+        text = st.text[start:]
+        lps = None
+        if self.k is not None and st.logprobs is not None:
+            lp = self.lps.setdefault(st.index, CompletionLogprobs())
+            if first and self.echo:
+                text = self.prompt_text(st.index) + text
+                lps = merge(lp.take(st.logprobs, "input"), lp.take(st.logprobs, "output"))
+            else:
+                lps = lp.take(st.logprobs, "output")
+            if not lps["tokens"]:
+                lps = None if not first else lps
+        elif first and self.echo:
+            text = self.prompt_text(st.index) + text
+        finish, matched = openai_finish(st)
+        return {"index": st.index, "text": text, "logprobs": lps, "finish_reason": finish,
+                "stop_reason": matched, "matched_stop": matched}

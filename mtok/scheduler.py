@@ -16,11 +16,11 @@ import operator
 import os
 import signal
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .args import PortArgs, ServerArgs, read_args
 from .decoding import DecodeState, IncrementalDecoder, find_stop
-from .engines import EngineContext, load_engine
+from .engines import EngineContext, load_engine, missing_capability
 from .io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
@@ -50,6 +50,7 @@ class Req:
     __slots__ = (
         "rid", "input_ids", "output_ids", "sampling_params", "http_worker_ipc", "model",
         "finished_reason", "new_ids", "decode", "checked", "stop_offset", "tail", "max_stop_len",
+        "logprobs", "lora_path", "new_logprobs",
     )
 
     def __init__(self, msg: TokenizedGenerateReqInput):
@@ -67,6 +68,9 @@ class Req:
         self.stop_offset: Optional[int] = None
         self.tail = ""  # the last committed characters, as many as the longest stop string
         self.max_stop_len = max(map(len, sp.stop), default=0)
+        self.logprobs = msg.logprobs
+        self.lora_path = msg.lora_path
+        self.new_logprobs: Optional[Dict[str, list]] = None  # since the last output, when logprobs are on
 
 
 class ModelRuntime:
@@ -158,8 +162,19 @@ class Scheduler:
     def handle_generate(self, msg: TokenizedGenerateReqInput) -> None:
         req = Req(msg)
         req.model = req.model or self.default_model
+        missing = missing_capability(self.models[req.model].engine, req) if req.model in self.models else None
         if req.model not in self.models:
             req.finished_reason = abort_reason(f"unknown model {req.model!r}", 404)
+        elif missing is not None:
+            cap, param = missing
+            req.finished_reason = abort_reason(
+                f"'{param}' is not supported by the engine of model {req.model!r} "
+                f"({type(self.models[req.model].engine).__name__} does not declare the '{cap}' capability)", 400)
+            req.finished_reason["param"] = param
+        elif req.logprobs is not None and req.logprobs.start_len > len(req.input_ids):
+            req.finished_reason = abort_reason(
+                f"'logprob_start_len' ({req.logprobs.start_len}) exceeds the prompt's {len(req.input_ids)} tokens", 400)
+            req.finished_reason["param"] = "logprob_start_len"
         elif msg.rid in self.reqs:
             req.finished_reason = abort_reason(f"request id {msg.rid!r} is already in use", 400)
         elif len(self.reqs) >= self.capacity:
@@ -187,12 +202,24 @@ class Scheduler:
             self.send_outputs([])
             self.to_detokenizer(msg)
 
-    def rpc_abort(self, rid: str) -> bool:
-        """Abort on behalf of any worker (``POST /abort_request``); True if it was found."""
-        req = self.reqs.get(rid)
-        if req is not None:
+    def rpc_abort(self, rid: Optional[str] = None, abort_all: bool = False) -> int:
+        """Abort on behalf of any worker (``POST /abort_request``): ``rid``, the
+        samples of ``rid`` (``rid-1``, ``rid-2``, ... of ``n`` > 1 or a batch), or
+        everything.  How many requests were aborted."""
+        victims = [r for r in self.reqs.values()
+                   if abort_all or r.rid == rid or (rid and r.rid.startswith(rid + "-"))]
+        for req in victims:
             self.abort(req, abort_reason("aborted by /abort_request", 499))
-        return req is not None
+        return len(victims)
+
+    def rpc_flush_cache(self) -> Dict[str, Any]:
+        """Every engine that has a cache drops it; one without the capability is an error."""
+        lacking = [name for name, rt in self.models.items() if "flush_cache" not in rt.engine.capabilities]
+        if lacking:
+            raise LookupError(f"the engine of {', '.join(map(repr, lacking))} has no 'flush_cache' capability")
+        for rt in self.models.values():
+            rt.engine.flush_cache()
+        return {"flushed": list(self.models)}
 
     def abort(self, req: Req, reason: Dict[str, Any]) -> None:
         req.finished_reason = reason
@@ -236,10 +263,23 @@ class Scheduler:
         while self.waiting and len(self.running) < limit:
             req = self.waiting.popleft()
             self.models[req.model].engine.add_request(req)
+            if req.logprobs is not None:
+                self.prompt_logprobs(req)
+                if req.finished_reason is not None:
+                    continue
+            if req.sampling_params.max_new_tokens == 0:  # prefill only: scored, nothing generated
+                req.finished_reason = {"type": "length", "length": 0}
+                self.reqs.pop(req.rid, None)
+                self.models[req.model].engine.finish_request(req)
+                self.pending_output.append(req)
+                continue
             self.running.append(req)
         for name, group in by_model(self.running).items():
             self.step_model(self.models[name], group)
         batch = [r for r in self.running if r.new_ids]
+        for req in batch:
+            if req.logprobs is not None:
+                self.output_logprobs(req)
         self.check_finished(batch)
         self.running = []
         for req in batch:
@@ -272,6 +312,51 @@ class Scheduler:
         for req, tok in zip(group, tokens):
             req.output_ids.append(tok)
             req.new_ids = [tok]
+
+    def _logprob_rows(self, req: Req, position: int) -> Tuple[tuple, list, Optional[list]]:
+        lp = req.logprobs
+        engine = self.models[req.model].engine
+        token = (req.input_ids + req.output_ids)[position]
+        own, top, ids = engine.logprobs(req, position, lp.top_n, lp.token_ids)
+        return (float(own), token), [(float(x), int(t)) for x, t in top], \
+            [(float(x), int(t)) for x, t in ids] if lp.token_ids is not None else None
+
+    def _add_logprobs(self, req: Req, side: str, rows: List[tuple]) -> None:
+        """Queue (own, top, ids) rows of ``side`` (input/output) for the next output message."""
+        lp = req.logprobs
+        new = req.new_logprobs = req.new_logprobs or {}
+        new.setdefault(f"{side}_token_logprobs", []).extend(r[0] for r in rows)
+        if lp.top_n > 0:
+            new.setdefault(f"{side}_top_logprobs", []).extend(r[1] for r in rows)
+        if lp.token_ids is not None:
+            new.setdefault(f"{side}_token_ids_logprobs", []).extend(r[2] for r in rows)
+
+    def prompt_logprobs(self, req: Req) -> None:
+        """The prompt's logprobs from ``start_len`` on; the first token has none (no context)."""
+        start = req.logprobs.start_len
+        if start < 0 or start >= len(req.input_ids):
+            self._add_logprobs(req, "input", [])
+            return
+        rows: List[tuple] = []
+        if start == 0:
+            rows.append(((None, req.input_ids[0]), None, None))
+            start = 1
+        try:
+            rows += [self._logprob_rows(req, p) for p in range(start, len(req.input_ids))]
+        except Exception as e:  # an engine's bug fails its request, not the scheduler
+            logger.exception("prompt logprobs of %s failed", req.rid)
+            self.abort(req, abort_reason(f"engine error: {type(e).__name__}: {e}", 500))
+            return
+        self._add_logprobs(req, "input", rows)
+
+    def output_logprobs(self, req: Req) -> None:
+        try:
+            row = self._logprob_rows(req, len(req.input_ids) + len(req.output_ids) - 1)
+        except Exception as e:
+            logger.exception("output logprobs of %s failed", req.rid)
+            req.finished_reason = abort_reason(f"engine error: {type(e).__name__}: {e}", 500)
+            return
+        self._add_logprobs(req, "output", [row])
 
     def check_finished(self, batch: Sequence[Req]) -> None:
         with_stops = []
@@ -318,6 +403,9 @@ class Scheduler:
         out = BatchTokenIDOutput(rids=[r.rid for r in reqs], http_worker_ipcs=[r.http_worker_ipc for r in reqs])
         if len(self.models) > 1:
             out.models = [r.model for r in reqs]
+        if any(r.logprobs is not None for r in reqs):
+            out.logprobs = [r.new_logprobs for r in reqs]
+            out.logprob_texts = [r.logprobs is not None and r.logprobs.with_text for r in reqs]
         for r in reqs:
             sp = r.sampling_params
             out.finished_reasons.append(r.finished_reason)
@@ -330,6 +418,7 @@ class Scheduler:
             out.stop.append(sp.stop or None)
             out.stop_str_offsets.append(r.stop_offset)
             r.new_ids = []
+            r.new_logprobs = None
         self.to_detokenizer(out)
 
     def run_embeddings(self) -> None:

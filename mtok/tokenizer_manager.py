@@ -57,7 +57,7 @@ class ReqState:
 
     __slots__ = (
         "rid", "index", "mailbox", "stream", "text", "output_ids", "finished_reason",
-        "prompt_tokens", "completion_tokens", "created", "first_token_at", "embedding", "queued",
+        "prompt_tokens", "completion_tokens", "created", "first_token_at", "embedding", "queued", "logprobs",
     )
 
     def __init__(self, rid: str, index: int, mailbox: "queue.SimpleQueue[Any]", stream: bool, prompt_tokens: int,
@@ -75,6 +75,7 @@ class ReqState:
         self.first_token_at: Optional[float] = None
         self.embedding: Optional[List[float]] = None
         self.queued = False  # in its mailbox already: a reader that lags sees only the latest state
+        self.logprobs: Optional[Dict[str, list]] = None  # SGLang's meta_info keys, when asked for
 
     def notify(self) -> None:
         if not self.queued:
@@ -91,7 +92,7 @@ class ReqState:
         status = reason.get("status_code")
         if reason.get("type") == "abort" and status and status != 499:
             headers = {"Retry-After": "1"} if status == 503 else None
-            return APIError(reason.get("message", "request failed"), status, headers=headers)
+            return APIError(reason.get("message", "request failed"), status, reason.get("param"), headers)
         return None
 
 
@@ -134,8 +135,10 @@ class TokenizerManager:
 
     # -- models --------------------------------------------------------------------
     def model(self, name: Optional[str]) -> "ModelEntry":
-        """The model a request names; None means the default (the first)."""
-        if name is None:
+        """The model a request names; None means the default (the first).  With
+        one model any name is served (SGLang does the same: clients send
+        "default" or whatever they were configured with)."""
+        if name is None or len(self.models) == 1:
             return self.default_model
         entry = self.models.get(name)
         if entry is None:
@@ -160,7 +163,7 @@ class TokenizerManager:
         else:
             prompts = obj.input_ids if obj.is_batch else [obj.input_ids]  # type: ignore[list-item]
             model.check_ids(prompts, "input_ids")  # type: ignore[arg-type]
-        rids = obj.rid if isinstance(obj.rid, list) else [obj.rid] if obj.rid else None
+        rids = self.assign_rids(obj)
         out = []
         for i, ids in enumerate(prompts):
             sp = obj.params_at(i)
@@ -174,10 +177,21 @@ class TokenizerManager:
                     "max_new_tokens",
                 )
             model.check_ids([sp.stop_token_ids], "stop_token_ids")
-            rid = rids[i] if rids else self.new_rid()
-            out.append(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp, stream=obj.stream,
-                                                 model=model.name))
+            # n > 1: parallel samples, each its own request "<rid>-<j>" (abort_request takes <rid>)
+            samples = [rids[i]] if sp.n == 1 else [f"{rids[i]}-{j}" for j in range(sp.n)]
+            for rid in samples:
+                out.append(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp, stream=obj.stream,
+                                                     model=model.name, logprobs=obj.logprobs,
+                                                     lora_path=obj.lora_path))
         return out
+
+    def assign_rids(self, obj: GenerateReqInput) -> List[str]:
+        """One rid per prompt, made here when the client gave none; ``obj.rid`` is
+        set too, so the OpenAI routes can use it as the completion id."""
+        if obj.rid is None:
+            base = self.new_rid()
+            obj.rid = [f"{base}-{i}" for i in range(obj.batch_size)] if obj.is_batch else base
+        return obj.rid if isinstance(obj.rid, list) else [obj.rid]
 
     def generate_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> Iterator[ReqState]:
         """Yield each request's state as it changes (every step when streaming,
@@ -194,7 +208,10 @@ class TokenizerManager:
         for i, r in enumerate(reqs):
             if r.rid in self.rid_to_state or any(s.rid == r.rid for s in states):
                 raise bad(f"request id {r.rid!r} is already in use", "rid")
-            states.append(ReqState(r.rid, i, mailbox, stream, len(r.input_ids), arrived))
+            st = ReqState(r.rid, i, mailbox, stream, len(r.input_ids), arrived)
+            if getattr(r, "logprobs", None) is not None:
+                st.logprobs = {}
+            states.append(st)
         self._check_alive()
         for st in states:
             self.rid_to_state[st.rid] = st
@@ -317,6 +334,9 @@ class TokenizerManager:
                 if st.first_token_at is None:
                     st.first_token_at = now
             st.completion_tokens = out.completion_tokens[i]
+            if out.logprobs is not None and out.logprobs[i] and st.logprobs is not None:
+                for key, rows in out.logprobs[i].items():
+                    st.logprobs.setdefault(key, []).extend(rows)
             reason = out.finished_reasons[i]
             if reason is not None:
                 st.finished_reason = reason

@@ -2,17 +2,18 @@
 
 Everything here raises :class:`APIError`, which the HTTP layer turns into a
 4xx with a JSON body ``{"error": {"message", "type", "code", "param"}}``.
-Booleans are not integers here, NaN is not a number, and an unknown field is
-an error rather than a silent no-op.
+Booleans are not integers here, NaN is not a number, a huge integer is not a
+finite number, and a string holding a lone surrogate is not text.  Which
+fields exist, and what mtok does with each, is :mod:`mtok.fields`' business.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, Dict, List, Optional, Sequence
+import re
+from typing import Any, Dict, List, Optional, Sequence
 
-from .io_struct import GenerateReqInput, SamplingParams
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -64,11 +65,44 @@ def parse_json(raw: bytes) -> Any:
     except UnicodeDecodeError as e:
         raise bad(f"request body is not valid UTF-8 (byte {e.start})") from None
     try:
-        return _DECODER.decode(text)
+        value = _DECODER.decode(text)
     except RecursionError:
         raise bad("request body is nested too deeply") from None
     except ValueError as e:
         raise bad(f"request body is not valid JSON: {e}") from None
+    if _SURROGATE_ESCAPE.search(text):  # rare: only then walk the value
+        check_text(value)
+    return value
+
+
+# A \uD800-\uDFFF escape; JSON decodes a lone one into a str that cannot be encoded.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+
+
+def check_text(value: Any, where: str = "") -> None:
+    """Refuse strings that are not valid Unicode text (a lone surrogate), anywhere in ``value``."""
+    stack = [(value, where)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as e:
+                where = f"'{path}' " if path else "a string "
+                raise bad(f"{where}holds a lone surrogate (U+{ord(item[e.start]):04X}); "
+                          "strings must be valid Unicode text", path or None) from None
+        elif isinstance(item, dict):
+            for k, x in item.items():
+                stack.append((k, path))
+                stack.append((x, f"{path}.{k}" if path else str(k)))
+        elif isinstance(item, list):
+            stack.extend((x, path) for x in item)
+
+
+def show(value: Any, limit: int = 40) -> str:
+    """A value for an error message, cut short: a client's huge value is not echoed back."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def require_object(body: Any) -> Dict[str, Any]:
@@ -109,18 +143,30 @@ def as_int(v: Any, name: str, lo: Optional[int] = None, hi: Optional[int] = None
     if isinstance(v, bool) or not isinstance(v, int):
         raise bad(f"'{name}' must be an integer, not {_json_type(v)}", name)
     if lo is not None and v < lo:
-        raise bad(f"'{name}' must be at least {lo}, got {v}", name)
+        raise bad(f"'{name}' must be at least {lo}, got {show(v)}", name)
     if hi is not None and v > hi:
-        raise bad(f"'{name}' must be at most {hi}, got {v}", name)
+        raise bad(f"'{name}' must be at most {hi}, got {show(v)}", name)
     return v
 
 
 def as_float(v: Any, name: str, lo: Optional[float] = None, hi: Optional[float] = None) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise bad(f"'{name}' must be a finite number, not {_json_type(v)}", name)
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise bad(f"'{name}' must be between {lo} and {hi}, got {v}", name)
-    return float(v)
+    try:
+        f = float(v)  # a huge integer overflows here
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise bad(f"'{name}' must be a finite number, got {show(v)}", name)
+    if (lo is not None and f < lo) or (hi is not None and f > hi):
+        raise bad(f"'{name}' must be between {lo} and {hi}, got {show(v)}", name)
+    return f
+
+
+def as_object(v: Any, name: str) -> Dict[str, Any]:
+    if not isinstance(v, dict):
+        raise bad(f"'{name}' must be an object, not {_json_type(v)}", name)
+    return v
 
 
 def as_str(v: Any, name: str) -> str:
@@ -171,95 +217,3 @@ def stop_list(v: Any, name: str) -> List[str]:
     if any(s == "" for s in v):
         raise bad(f"'{name}' must not contain an empty string", name)
     return v
-
-
-# How each sampling parameter is checked; only the fields a request sends are
-# looked at, the rest keep SamplingParams' defaults.
-SAMPLING_RULES: Dict[str, Callable[[Any, str], Any]] = {
-    "max_new_tokens": lambda v, n: as_int(v, n, 1),
-    "min_new_tokens": lambda v, n: as_int(v, n, 0),
-    "stop": lambda v, n: stop_list(v, n),
-    "stop_token_ids": lambda v, n: token_list(v, n),
-    "ignore_eos": as_bool,
-    "skip_special_tokens": as_bool,
-    "spaces_between_special_tokens": as_bool,
-    "no_stop_trim": as_bool,
-    "temperature": lambda v, n: as_float(v, n, 0.0, 100.0),
-    "top_p": lambda v, n: as_float(v, n, 0.0, 1.0),
-    "top_k": lambda v, n: as_int(v, n, -1),
-    "min_p": lambda v, n: as_float(v, n, 0.0, 1.0),
-    "frequency_penalty": lambda v, n: as_float(v, n, -2.0, 2.0),
-    "presence_penalty": lambda v, n: as_float(v, n, -2.0, 2.0),
-    "repetition_penalty": lambda v, n: as_float(v, n, 0.0, 2.0),
-    "seed": as_int,
-}
-# SGLang accepts these too; mtok takes them and has nothing to do with them.
-_IGNORED_SAMPLING = ("n", "regex", "json_schema", "ebnf", "structural_tag", "logit_bias", "custom_params",
-                     "stream_interval", "sampling_seed")
-
-
-def parse_sampling_params(d: Any, prefix: str = "sampling_params.") -> SamplingParams:
-    sp = SamplingParams()
-    if d is None:
-        return sp
-    if not isinstance(d, dict):
-        raise bad(f"'{prefix.rstrip('.')}' must be an object, not {_json_type(d)}", prefix.rstrip("."))
-    for key, value in d.items():
-        rule = SAMPLING_RULES.get(key)
-        if rule is None:
-            if key not in _IGNORED_SAMPLING:
-                check_unknown(d, list(SAMPLING_RULES) + list(_IGNORED_SAMPLING), f" in {prefix.rstrip('.')}")
-            elif key == "n" and value not in (1, None):
-                raise bad("only n = 1 is supported", prefix + "n")
-        elif value is not None:
-            setattr(sp, key, rule(value, prefix + key))
-    return sp
-
-
-GENERATE_FIELDS = ("text", "input_ids", "sampling_params", "stream", "rid", "model", "return_logprob",
-                   "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
-
-
-def parse_generate(body: Any) -> GenerateReqInput:
-    """A ``/generate`` body (SGLang's native shape) as a GenerateReqInput."""
-    body = require_object(body)
-    check_unknown(body, GENERATE_FIELDS)
-    if get_bool(body, "return_logprob", False):
-        raise bad("'return_logprob' is not supported", "return_logprob")
-    has_text, has_ids = body.get("text") is not None, body.get("input_ids") is not None
-    if has_text == has_ids:
-        raise bad("give exactly one of 'text' and 'input_ids'", "text")
-    obj = GenerateReqInput(stream=get_bool(body, "stream", False), model=get_str(body, "model"))
-    if has_text:
-        text = body["text"]
-        if isinstance(text, list):
-            if not text or not all(isinstance(t, str) for t in text):
-                raise bad("'text' must be a string or a non-empty array of strings", "text")
-            obj.is_batch = True
-        elif not isinstance(text, str):
-            raise bad(f"'text' must be a string or an array of strings, not {_json_type(text)}", "text")
-        obj.text = text
-    else:
-        ids = body["input_ids"]
-        if isinstance(ids, list) and ids and isinstance(ids[0], list):
-            obj.input_ids = [token_list(x, "input_ids") for x in ids]
-            obj.is_batch = True
-        else:
-            obj.input_ids = token_list(ids, "input_ids")
-    n = obj.batch_size
-    sp = body.get("sampling_params")
-    if isinstance(sp, list):
-        if not obj.is_batch or len(sp) != n:
-            raise bad(f"'sampling_params' has {len(sp)} entries for {n} prompt(s)", "sampling_params")
-        obj.sampling_params = [parse_sampling_params(x, f"sampling_params[{i}].") for i, x in enumerate(sp)]
-    else:
-        obj.sampling_params = parse_sampling_params(sp)
-    rid = body.get("rid")
-    if rid is not None:
-        rids = rid if isinstance(rid, list) else [rid]
-        if not all(isinstance(r, str) and 0 < len(r) <= 256 for r in rids):
-            raise bad("'rid' must be a non-empty string (at most 256 characters) or an array of them", "rid")
-        if obj.is_batch != isinstance(rid, list) or len(rids) != n or len(set(rids)) != n:
-            raise bad(f"'rid' must give {n} distinct id(s), one per prompt", "rid")
-        obj.rid = rid
-    return obj

@@ -33,7 +33,10 @@ JSON_CASES = [
     ("/generate", {"input_ids": [[1], []]}, 400, "input_ids"),
     ("/generate", {"text": "a", "sampling_params": []}, 400, "sampling_params"),
     ("/generate", {"text": "a", "sampling_params": "x"}, 400, "sampling_params"),
-    ("/generate", {"text": "a", "sampling_params": {"max_new_tokens": 0}}, 400, "sampling_params.max_new_tokens"),
+    ("/generate", {"text": "a", "sampling_params": {"max_new_tokens": 3, "min_new_tokens": 4}}, 400,
+     "sampling_params.min_new_tokens"),
+    ("/generate", {"text": "a", "sampling_params": {"temperature": 10 ** 400}}, 400, "sampling_params.temperature"),
+    ("/generate", {"text": "a", "sampling_params": {"min_p": -10 ** 400}}, 400, "sampling_params.min_p"),
     ("/generate", {"text": "a", "sampling_params": {"max_new_tokens": -5}}, 400, "sampling_params.max_new_tokens"),
     ("/generate", {"text": "a", "sampling_params": {"max_new_tokens": 10 ** 12}}, 400, "max_new_tokens"),
     ("/generate", {"text": "a", "sampling_params": {"max_new_tokens": "10"}}, 400, "sampling_params.max_new_tokens"),
@@ -44,20 +47,28 @@ JSON_CASES = [
     ("/generate", {"text": "a", "sampling_params": {"stop": [""]}}, 400, "sampling_params.stop"),
     ("/generate", {"text": "a", "sampling_params": {"stop_token_ids": [-3]}}, 400, "stop_token_ids"),
     ("/generate", {"text": "a", "sampling_params": {"ignore_eos": "yes"}}, 400, "sampling_params.ignore_eos"),
-    ("/generate", {"text": "a", "sampling_params": {"bogus": 1}}, 400, "bogus"),
+    ("/generate", {"text": "a", "sampling_params": {"stop_regex": ["[0-9]"]}}, 400, "sampling_params.stop_regex"),
+    ("/generate", {"text": "a", "sampling_params": {"regex": "[0-9]+"}}, 400, "regex"),
     ("/generate", {"text": ["a", "b"], "sampling_params": [{}]}, 400, "sampling_params"),
     ("/generate", {"text": "a", "stream": "true"}, 400, "stream"),
     ("/generate", {"text": "a", "rid": 5}, 400, "rid"),
     ("/generate", {"text": ["a", "b"], "rid": ["x", "x"]}, 400, "rid"),
-    ("/generate", {"text": "a", "unknown_field": 1}, 400, "unknown_field"),
-    ("/generate", {"text": "a", "model": "no-such-model"}, 404, "model"),
+    ("/generate", {"text": "a", "image_data": "http://example.com/cat.png"}, 400, "image_data"),
+    ("/generate", {"text": "a", "lora_path": "my-adapter"}, 400, "lora_path"),
+    ("/generate", {"text": "a", "return_logprob": True, "logprob_start_len": 5}, 400, "logprob_start_len"),
+    ("/generate", b'{"text": "\\ud800"}', 400, "text"),
+    ("/generate", b'{"text": "a", "rid": "\\udfff"}', 400, "rid"),
     ("/v1/completions", {}, 400, "prompt"),
     ("/v1/completions", {"prompt": []}, 400, "prompt"),
     ("/v1/completions", {"prompt": {"a": 1}}, 400, "prompt"),
     ("/v1/completions", {"prompt": "a", "max_tokens": 0}, 400, "max_tokens"),
-    ("/v1/completions", {"prompt": "a", "n": 2}, 400, "n"),
+    ("/v1/completions", {"prompt": "a", "n": 2, "best_of": 3}, 400, "best_of"),
+    ("/v1/completions", {"prompt": "a", "suffix": "b"}, 400, "suffix"),
+    ("/v1/completions", {"prompt": "a", "presence_penalty": 10 ** 400}, 400, "presence_penalty"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 2, "min_tokens": 3}, 400, "min_new_tokens"),
+    ("/v1/completions", {"prompt": "a", "logprobs": True}, 400, "logprobs"),
     ("/v1/completions", {"prompt": "a", "stream_options": 3}, 400, "stream_options"),
-    ("/v1/completions", {"prompt": "a", "model": "gpt-4"}, 404, "model"),
+    ("/v1/completions", {"prompt": "a", "response_format": {"type": "json_object"}}, 400, "json_schema"),
     ("/tokenize", {"prompt": 3}, 400, "prompt"),
     ("/tokenize", {}, 400, "prompt"),
     ("/detokenize", {"tokens": "abc"}, 400, "tokens"),
@@ -98,7 +109,7 @@ def test_unknown_path_and_wrong_method(srv):
     assert_json_error(status, body, 404)
     status, headers, body = srv.request("GET", "/generate")
     assert_json_error(status, body, 405)
-    assert headers["allow"] == "POST"
+    assert headers["allow"] == "POST, PUT"
     status, headers, body = srv.request("DELETE", "/health")
     assert_json_error(status, body, 405)
     assert_still_serving(srv)

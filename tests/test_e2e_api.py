@@ -123,7 +123,7 @@ def test_tokenize_detokenize(srv):
         assert status == 200
         assert body["count"] == len(body["tokens"]) and body["max_model_len"] > 0
         status, back = srv.post(prefix + "/detokenize", {"tokens": body["tokens"]})
-        assert status == 200 and back == {"prompt": "round trip ✓"}
+        assert status == 200 and back == {"prompt": "round trip ✓", "text": "round trip ✓"}
 
 
 def test_health_and_info(srv):

@@ -64,8 +64,9 @@ def test_errors_raise_the_right_exceptions(client, srv):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model="mtok-default", prompt="x", max_tokens=0)
     assert e.value.status_code == 400 and "max_tokens" in str(e.value)
-    with pytest.raises(openai.NotFoundError):
-        client.completions.create(model="no-such-model", prompt="x", max_tokens=1)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="mtok-default", prompt="x", max_tokens=1, extra_body={"regex": "[0-9]+"})
+    assert e.value.status_code == 400 and "regex" in str(e.value)
     with pytest.raises(openai.BadRequestError):
         client.embeddings.create(model="mtok-default", input=[])
     bad = openai.OpenAI(base_url=f"http://{srv.host}:{srv.port}/v1", api_key="wrong", max_retries=0)

@@ -10,6 +10,18 @@ A request, as an engine sees it, has ``rid``, ``input_ids``, ``output_ids`` (the
 tokens generated so far) and ``sampling_params`` (:class:`mtok.io_struct.SamplingParams`).
 
 ``--engine module:attr`` loads a user engine; ``examples/custom_engine.py`` is one.
+
+**Capabilities.** An engine declares what it can do beyond plain generation
+in ``capabilities`` (a set of names in :data:`CAPABILITIES`).  The scheduler
+refuses, with a 400 naming the field, a request that asks for one its engine
+lacks -- a constraint is never dropped silently.  An engine with
+``logprobs`` implements :meth:`Engine.logprobs`; with ``flush_cache``,
+:meth:`Engine.flush_cache`; with ``prefill_only`` it accepts
+``max_new_tokens: 0`` (the prompt is scored, nothing is generated); with
+``n`` it serves parallel samples (the frontend expands ``n`` into that many
+requests); with ``lora`` it reads ``req.lora_path``; with ``regex`` /
+``json_schema`` / ``ebnf`` / ``structural_tag`` / ``logit_bias`` it reads
+those fields of ``req.sampling_params``.
 """
 
 from __future__ import annotations
@@ -19,7 +31,15 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, FrozenSet, List, Optional, Sequence, Tuple
+
+CAPABILITIES = frozenset((
+    "logprobs", "top_logprobs", "token_ids_logprob", "prefill_only", "n", "flush_cache", "lora",
+    "regex", "json_schema", "ebnf", "structural_tag", "logit_bias",
+))
+
+# (logprob, token id) pairs: the token's own, then the top-n, then those asked for by id
+PositionLogprobs = Tuple[float, List[Tuple[float, int]], List[Tuple[float, int]]]
 
 
 @dataclass
@@ -32,6 +52,8 @@ class EngineContext:
 
 class Engine:
     """Base class with no-op hooks; subclasses implement :meth:`step`."""
+
+    capabilities: FrozenSet[str] = frozenset()
 
     def __init__(self, ctx: EngineContext):
         self.ctx = ctx
@@ -47,6 +69,38 @@ class Engine:
 
     def embed(self, batch: Sequence[Any]) -> List[List[float]]:
         raise NotImplementedError(f"{type(self).__name__} does not produce embeddings")
+
+    def logprobs(self, req: Any, position: int, top_n: int, token_ids: Optional[List[int]]) -> PositionLogprobs:
+        """With ``logprobs``: the log-probability of the token at ``position`` of
+        ``req.input_ids + req.output_ids`` given the tokens before it, the
+        ``top_n`` most likely tokens there, and those of ``token_ids``.  Called
+        for prompt positions when a request joins, and for each new token right
+        after the step that made it."""
+        raise NotImplementedError
+
+    def flush_cache(self) -> None:
+        """With ``flush_cache``: drop whatever is cached (prefixes, KV blocks)."""
+        raise NotImplementedError
+
+
+def missing_capability(engine: Any, req: Any) -> Optional[Tuple[str, str]]:
+    """(capability, the field that asks for it) for the first thing ``req`` asks
+    of ``engine`` that the engine does not declare; None if it can serve it."""
+    have = getattr(engine, "capabilities", frozenset())
+    sp, lp = req.sampling_params, req.logprobs
+    wants = [
+        ("logprobs", "return_logprob", lp is not None),
+        ("top_logprobs", "top_logprobs_num", lp is not None and lp.top_n > 0),
+        ("token_ids_logprob", "token_ids_logprob", lp is not None and lp.token_ids is not None),
+        ("prefill_only", "max_new_tokens", sp.max_new_tokens == 0),
+        ("n", "n", sp.n > 1),
+        ("lora", "lora_path", req.lora_path is not None),
+        ("logit_bias", "logit_bias", bool(sp.logit_bias)),
+    ] + [(c, c, getattr(sp, c) is not None) for c in ("regex", "json_schema", "ebnf", "structural_tag")]
+    for cap, param, wanted in wants:
+        if wanted and cap not in have:
+            return cap, param
+    return None
 
 
 BUILTIN = {

@@ -3,7 +3,17 @@
 For a prompt P and ``max_new_tokens`` M it emits P[0], P[1], ... cycling
 through P, so a request with M = len(P) gets its own prompt as text.  Any
 misrouted or mixed-up response is therefore visible, and benchmarks measure
-the frontend rather than a model.  It also embeds (``/v1/embeddings``,
+the frontend rather than a model.
+
+Its logprobs are deterministic, so tests can check them exactly: at every
+position, prompt or output, the engine "predicts" the token that is there
+(``c``), and a token ``t`` has probability ``2 ** -(1 + (t - c) mod V)`` for a
+vocabulary of V ids.  So the token itself has logprob ``-ln 2``, the top-n
+are ``c, c+1, ..., c+n-1`` (mod V) with logprobs ``-ln 2, -2 ln 2, ...``, and
+any id's logprob follows from the same formula.  It serves ``n`` (every sample
+is the same echo), ``max_new_tokens: 0`` (prompt scoring) and ``/flush_cache``
+(it caches nothing), and refuses constraints (regex, JSON schema, grammar),
+logit bias and LoRA adapters, which it cannot honour.  It also embeds (``/v1/embeddings``,
 ``/encode``): a deterministic bag-of-tokens vector, cheap enough for tests and
 benchmarks.
 """
@@ -12,17 +22,38 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
-from . import Engine
+from . import Engine, PositionLogprobs
+
+
+LN2 = math.log(2.0)
 
 
 class EchoEngine(Engine):
+    capabilities = frozenset(("logprobs", "top_logprobs", "token_ids_logprob", "prefill_only", "n", "flush_cache"))
+
+    def logprobs(self, req: Any, position: int, top_n: int, token_ids: Optional[List[int]]) -> PositionLogprobs:
+        vocab = self.ctx.tokenizer.vocab_size
+        n_in = len(req.input_ids)
+        c = req.input_ids[position] if position < n_in else req.output_ids[position - n_in]
+        top = [(-(1 + i) * LN2, (c + i) % vocab) for i in range(min(top_n, vocab))]
+        ids = [(echo_logprob(c, t, vocab), t) for t in token_ids or ()]
+        return -LN2, top, ids
+
+    def flush_cache(self) -> None:
+        pass
+
     def step(self, batch: Sequence[Any]) -> List[int]:
         return [r.input_ids[len(r.output_ids) % len(r.input_ids)] for r in batch]
 
     def embed(self, batch: Sequence[Any]) -> List[List[float]]:
         return [echo_embedding(r.input_ids) for r in batch]
+
+
+def echo_logprob(predicted: int, token: int, vocab: int) -> float:
+    """The echo engine's logprob of ``token`` where it predicts ``predicted``."""
+    return -(1 + (token - predicted) % vocab) * LN2
 
 
 EMBEDDING_DIM = 64

@@ -1,0 +1,134 @@
+"""Record the request fields of the pinned SGLang, vLLM and OpenAI schemas.
+
+mtok's field table (``mtok/fields.py``) must know every request field these
+schemas define.  CI has neither sglang nor vllm installed, so this script
+reads their sources (unpacked wheels, or installed packages) with ``ast`` --
+nothing is imported -- and writes the field names to
+``tests/data/pinned_request_fields.json``, which ``tests/test_fields.py``
+walks the table against.
+
+    python scripts/pin_request_schemas.py --sglang /work/wheels/sglang/sglang \\
+        --vllm /work/wheels/vllm/vllm --openai "$(python -c 'import openai,os;print(os.path.dirname(openai.__file__))')"
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+from typing import Dict, List
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "pinned_request_fields.json")
+
+# schema name -> (package, [source files searched for the class and its bases], class, kind)
+SCHEMAS = {
+    "sglang.GenerateReqInput": ("sglang", ["srt/managers/io_struct.py"], "GenerateReqInput", "class"),
+    "sglang.EmbeddingReqInput": ("sglang", ["srt/managers/io_struct.py"], "EmbeddingReqInput", "class"),
+    "sglang.SamplingParams": ("sglang", ["srt/sampling/sampling_params.py"], "SamplingParams", "api"),
+    "sglang.CompletionRequest": ("sglang", ["srt/entrypoints/openai/protocol.py"], "CompletionRequest", "class"),
+    "sglang.ChatCompletionRequest": ("sglang", ["srt/entrypoints/openai/protocol.py"], "ChatCompletionRequest",
+                                     "class"),
+    "sglang.EmbeddingRequest": ("sglang", ["srt/entrypoints/openai/protocol.py"], "EmbeddingRequest", "class"),
+    "vllm.CompletionRequest": ("vllm", ["entrypoints/openai/completion/protocol.py"], "CompletionRequest", "class"),
+    "vllm.ChatCompletionRequest": ("vllm", ["entrypoints/openai/chat_completion/protocol.py"],
+                                   "ChatCompletionRequest", "class"),
+    "vllm.EmbeddingCompletionRequest": ("vllm", ["entrypoints/pooling/embed/protocol.py",
+                                                 "entrypoints/pooling/base/protocol.py"],
+                                        "EmbeddingCompletionRequest", "class"),
+    "openai.CompletionCreateParams": ("openai", ["types/completion_create_params.py"],
+                                      "CompletionCreateParamsBase", "class"),
+    "openai.ChatCompletionCreateParams": ("openai", ["types/chat/completion_create_params.py"],
+                                          "CompletionCreateParamsBase", "class"),
+    "openai.EmbeddingCreateParams": ("openai", ["types/embedding_create_params.py"], "EmbeddingCreateParams",
+                                     "class"),
+}
+
+
+def _classes(paths: List[str]) -> Dict[str, ast.ClassDef]:
+    out: Dict[str, ast.ClassDef] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                out.setdefault(node.name, node)
+    return out
+
+
+def _base_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript):
+        return _base_name(node.value)
+    return ""
+
+
+def class_fields(classes: Dict[str, ast.ClassDef], name: str) -> List[str]:
+    """Annotated attributes of a class and of its bases found in the same files."""
+    node = classes[name]
+    names: List[str] = []
+    for base in node.bases:
+        if _base_name(base) in classes:
+            names += class_fields(classes, _base_name(base))
+    for stmt in node.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            ann = ast.unparse(stmt.annotation) if hasattr(ast, "unparse") else ""
+            if not stmt.target.id.startswith("_") and "ClassVar" not in ann:
+                names.append(stmt.target.id)
+    return list(dict.fromkeys(names))
+
+
+def api_fields(classes: Dict[str, ast.ClassDef], name: str, source: str) -> List[str]:
+    """SGLang's SamplingParams: the fields above its "Internal fields" comment."""
+    cut = next((i + 1 for i, line in enumerate(source.splitlines()) if "Internal fields" in line), None)
+    if cut is None:
+        raise LookupError(f"{name}: no 'Internal fields' marker; check the schema by hand")
+    node = classes[name]
+    return [s.target.id for s in node.body
+            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.lineno < cut]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sglang", required=True, help="the sglang package directory")
+    p.add_argument("--vllm", required=True, help="the vllm package directory")
+    p.add_argument("--openai", required=True, help="the openai package directory")
+    p.add_argument("--out", default=OUT)
+    ns = p.parse_args()
+    roots = {"sglang": ns.sglang, "vllm": ns.vllm, "openai": ns.openai}
+    result: Dict[str, List[str]] = {}
+    for schema, (pkg, files, cls, kind) in SCHEMAS.items():
+        paths = [os.path.join(roots[pkg], f) for f in files]
+        classes = _classes(paths)
+        if kind == "class":
+            result[schema] = sorted(class_fields(classes, cls))
+        else:
+            with open(paths[0], encoding="utf-8") as f:
+                result[schema] = sorted(api_fields(classes, cls, f.read()))
+    versions = {}
+    for pkg, root in roots.items():
+        versions[pkg] = _version(root)
+    with open(ns.out, "w", encoding="utf-8") as f:
+        json.dump({"versions": versions, "schemas": result}, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(f"wrote {sum(map(len, result.values()))} fields of {len(result)} schemas to {ns.out}")
+    return 0
+
+
+def _version(root: str) -> str:
+    for name in ("version.py", "_version.py"):
+        path = os.path.join(root, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    if "version" in line and "=" in line and ('"' in line or "'" in line):
+                        return line.split("=", 1)[1].strip().strip("\"'")
+    return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
