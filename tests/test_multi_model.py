@@ -47,7 +47,7 @@ def test_each_model_tokenizes_with_its_own_tokenizer(srv):
     assert a["tokens"] == [1, 2, 3]
     b = srv.post("/tokenize", {"prompt": "the cat sat"})[1]
     assert b["tokens"] != [1, 2, 3] and b == srv.post("/tokenize", {"prompt": "the cat sat", "model": "text"})[1]
-    assert srv.post("/detokenize", {"tokens": [7, 8, 9], "model": "words"})[1] == {"prompt": "dog ran away"}
+    assert srv.post("/detokenize", {"tokens": [7, 8, 9], "model": "words"})[1] == {"prompt": "dog ran away", "text": "dog ran away"}
     assert srv.get("/get_model_info?model=words")[1]["vocab_size"] == len(WORDS)
     assert srv.get("/get_model_info")[1]["served_model_name"] == "text"
 
