@@ -103,7 +103,8 @@ class Api(OpenAIRoutes):
         return EventStream(events)
 
     def _generate_result(self, st: ReqState) -> Dict[str, Any]:
-        return {"text": st.text, "output_ids": list(st.output_ids), "meta_info": self.meta_info(st)}
+        meta = self.meta_info(st)  # first: the receiver thread adds text and ids, then the finish
+        return {"text": st.text, "output_ids": list(st.output_ids), "meta_info": meta}
 
     def _generate_events(self, states: Iterator[ReqState], as_list: bool, incremental: bool) -> Iterator[Any]:
         """SGLang's stream: cumulative text and ids in every event, or, with
@@ -115,13 +116,14 @@ class Api(OpenAIRoutes):
                 yield err.body()
                 break
             if incremental:
-                chars, ids = sent.get(st.index, (0, 0))
-                sent[st.index] = (len(st.text), len(st.output_ids))
                 meta = self.meta_info(st)
+                text, out_ids = st.text, st.output_ids[:]
+                chars, ids = sent.get(st.index, (0, 0))
+                sent[st.index] = (len(text), len(out_ids))
                 for key in OUTPUT_KEYS:
                     if key in meta:
-                        meta[key] = meta[key][ids:]
-                event = {"text": st.text[chars:], "output_ids": st.output_ids[ids:], "meta_info": meta}
+                        meta[key] = meta[key][ids:len(out_ids)]
+                event = {"text": text[chars:], "output_ids": out_ids[ids:], "meta_info": meta}
             else:
                 event = self._generate_result(st)
             if as_list:

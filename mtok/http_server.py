@@ -55,12 +55,26 @@ def route(method: str, *paths: str) -> Callable:
 
 
 def collect_routes(app: Any) -> Dict[str, Dict[str, Callable]]:
-    """path -> method -> bound handler, from the @route marks on the app's methods."""
+    """path -> method -> bound handler, from the @route marks on the app's methods.
+    A path ending in ``{name}`` matches any last segment (see :func:`find_route`)."""
     table: Dict[str, Dict[str, Callable]] = {}
     for name in dir(type(app)):
         for method, path in getattr(getattr(type(app), name), "routes", ()):
             table.setdefault(path, {})[method] = getattr(app, name)
     return table
+
+
+def find_route(routes: Dict[str, Dict[str, Callable]], path: str) -> Optional[Dict[str, Callable]]:
+    methods = routes.get(path)
+    if methods is None and path.count("/") > 1:
+        head, _, last = path.rpartition("/")
+        if last:
+            methods = next((m for p, m in routes.items() if p.startswith(head + "/{") and p.endswith("}")), None)
+    return methods
+
+
+# What needs no API key, as in SGLang: probes and scrapes.
+OPEN_PATHS = frozenset(("/health", "/health_generate", "/ready", "/ping", "/metrics"))
 
 
 @dataclass
@@ -126,6 +140,7 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.tick: Optional[Callable[[], None]] = None
         self.metrics = metrics or Metrics()
         self.max_connections = max_connections
+        self.cors: frozenset = frozenset()  # --cors-allow-origins
         self.connections = 0
         self.draining = False  # set on graceful stop: new requests are turned away
         self.in_flight = 0  # requests being handled (idle keep-alive connections don't count)
@@ -262,7 +277,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         finally:
             self.server.count(-1)
             path = self.path.partition("?")[0]
-            endpoint = path if path in self.server.routes else "other"
+            endpoint = path if path in self.server.routes else "other"  # /v1/models/{model} counts as other
             self.server.metrics.observe_request(endpoint, self.status, time.monotonic() - start)
 
     def _dispatch(self) -> None:
@@ -276,9 +291,12 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             if self.server.draining:
                 self.close_connection = True
                 raise APIError("the server is shutting down", 503, headers={"Retry-After": "1"})
-            if self.server.api_key is not None and path != "/health":
+            if self.command == "OPTIONS" and self.server.cors and self.headers.get("origin"):
+                self.read_body()
+                return self.send_text("", 204, self.cors_headers(preflight=True))
+            if self.server.api_key is not None and path not in OPEN_PATHS:
                 self.check_api_key()
-            methods = self.server.routes.get(path)
+            methods = find_route(self.server.routes, path)
             if methods is None:
                 raise APIError(f"no route for {path!r}", 404)
             handler = methods.get(self.command)
@@ -303,6 +321,20 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         except Exception as e:  # a bug must cost one request, never the server
             logger.exception("error in %s %s", self.command, path)
             self.send_json(APIError(f"internal error: {type(e).__name__}", 500).body(), 500)
+
+    def cors_headers(self, preflight: bool = False) -> Dict[str, str]:
+        """CORS for browser clients, for the origins of --cors-allow-origins."""
+        origin = self.headers.get("origin")
+        allowed = self.server.cors
+        if not origin or not allowed or ("*" not in allowed and origin not in allowed):
+            return {}
+        out = {"Access-Control-Allow-Origin": "*" if "*" in allowed else origin, "Vary": "Origin"}
+        if preflight:
+            out["Access-Control-Allow-Methods"] = "GET, POST, PUT, OPTIONS"
+            out["Access-Control-Allow-Headers"] = self.headers.get("access-control-request-headers") or \
+                "Authorization, Content-Type"
+            out["Access-Control-Max-Age"] = "600"
+        return out
 
     def check_api_key(self) -> None:
         auth = self.headers.get("Authorization", "")
@@ -389,6 +421,9 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         self.status = status
         if logger.isEnabledFor(logging.DEBUG):
             self.log_request(status)
+        if self.server.cors and isinstance(getattr(self, "headers", None), Headers) and \
+                "Access-Control-Allow-Origin" not in (headers or {}):
+            headers = {**(headers or {}), **self.cors_headers()}
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items()) if headers else ""
         if self.close_connection:
             extra += "Connection: close\r\n"

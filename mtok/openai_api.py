@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import struct
 import time
+from urllib.parse import unquote
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from . import fields
@@ -115,6 +116,11 @@ class OpenAIRoutes:
     def list_models(self, req: Request) -> Any:
         return {"object": "list", "data": [self.model_card(m) for m in self.tm.models.values()]}
 
+    @route("GET", "/v1/models/{model}")
+    def retrieve_model(self, req: Request) -> Any:
+        """One model's card; with one model any name is it (as for requests)."""
+        return self.model_card(self.tm.model(unquote(req.path.rpartition("/")[2])))
+
     def model_card(self, model: Any) -> Dict[str, Any]:
         return {"id": model.name, "object": "model", "created": self.created, "owned_by": "mtok",
                 "max_model_len": model.context_length}
@@ -209,7 +215,7 @@ class CompletionChoices:
         return self.tokenizer.decode(ids)
 
     def whole(self, st: "ReqState") -> Dict[str, Any]:
-        finish, matched = openai_finish(st)
+        finish, matched = openai_finish(st)  # st is finished: nothing changes any more
         text = self.prompt_text(st.index) + st.text if self.echo else st.text
         lps = None
         if self.k is not None and st.logprobs is not None:
@@ -221,10 +227,12 @@ class CompletionChoices:
                 "stop_reason": matched, "matched_stop": matched}
 
     def delta(self, st: "ReqState") -> Dict[str, Any]:
+        finish, matched = openai_finish(st)  # before the text: the receiver adds text, then the finish
+        whole = st.text
         first = st.index not in self.sent
         start = self.sent.get(st.index, 0)
-        self.sent[st.index] = len(st.text)
-        text = st.text[start:]
+        self.sent[st.index] = len(whole)
+        text = whole[start:]
         lps = None
         if self.k is not None and st.logprobs is not None:
             lp = self.lps.setdefault(st.index, CompletionLogprobs())
@@ -237,6 +245,5 @@ class CompletionChoices:
                 lps = None if not first else lps
         elif first and self.echo:
             text = self.prompt_text(st.index) + text
-        finish, matched = openai_finish(st)
         return {"index": st.index, "text": text, "logprobs": lps, "finish_reason": finish,
                 "stop_reason": matched, "matched_stop": matched}

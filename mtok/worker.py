@@ -35,6 +35,7 @@ class HttpFrontend:
                                 args.max_connections, tm.metrics)
         self.board, self.slot = board, slot
         self.httpd.tick = self.tick
+        self.httpd.cors = frozenset(args.cors_allow_origins or ())
         self._thread: Optional[threading.Thread] = None
 
     def tick(self) -> None:
