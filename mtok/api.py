@@ -109,7 +109,7 @@ class Api(OpenAIRoutes):
     def _generate_events(self, states: Iterator[ReqState], as_list: bool, incremental: bool) -> Iterator[Any]:
         """SGLang's stream: cumulative text and ids in every event, or, with
         --incremental-streaming-output, only what is new (output logprobs too)."""
-        sent: Dict[int, tuple] = {}
+        sent: Dict[int, Dict[str, int]] = {}
         for st in states:
             err = st.error() if st.finished_reason is not None else None
             if err is not None:  # the server failed mid-stream
@@ -118,12 +118,12 @@ class Api(OpenAIRoutes):
             if incremental:
                 meta = self.meta_info(st)
                 text, out_ids = st.text, st.output_ids[:]
-                chars, ids = sent.get(st.index, (0, 0))
-                sent[st.index] = (len(text), len(out_ids))
-                for key in OUTPUT_KEYS:
+                marks = sent.setdefault(st.index, {})
+                for key in OUTPUT_KEYS:  # each by its own length: they grow apart
                     if key in meta:
-                        meta[key] = meta[key][ids:len(out_ids)]
-                event = {"text": text[chars:], "output_ids": out_ids[ids:], "meta_info": meta}
+                        meta[key] = _since(marks, key, meta[key])
+                event = {"text": _since(marks, "text", text), "output_ids": _since(marks, "ids", out_ids),
+                         "meta_info": meta}
             else:
                 event = self._generate_result(st)
             if as_list:
@@ -294,3 +294,8 @@ class Api(OpenAIRoutes):
     def root(self, req: Request) -> Any:
         return {"name": "mtok", "version": __version__, "models": list(self.tm.models)}
 
+
+def _since(marks: Dict[str, int], key: str, value: Any) -> Any:
+    """The part of ``value`` (a str or list that only grows) not sent yet."""
+    start, marks[key] = marks.get(key, 0), len(value)
+    return value[start:]
