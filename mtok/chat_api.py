@@ -158,10 +158,13 @@ class ChatRoutes:
             if err is not None:
                 yield err.body()
                 break
-            for delta in parser.feed(st.text[sent:]):
-                yield chunk(delta)
-            sent = len(st.text)
+            # The receiver thread appends text, then sets the finish: read the finish first and
+            # the text once, so that no piece of text slips between two reads.
             finish, matched = openai_finish(st)
+            text = st.text
+            for delta in parser.feed(text[sent:]):
+                yield chunk(delta)
+            sent = len(text)
             if finish is not None:
                 for delta in parser.flush():
                     yield chunk(delta)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 
 import pytest
 
@@ -24,6 +25,11 @@ CONVERSATION = [{"role": "system", "content": "You are terse."}, {"role": "user"
                 {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3, in wörds? 👋"}]
 
 
+DUMP_TEMPLATE = ("{% for m in messages %}{{ m.role }}:{{ m.content | tojson if m.content is defined }}"
+                 "{{ m.tool_calls | tojson if m.tool_calls is defined }}{{ m.reasoning_content }}{% endfor %}"
+                 "{{ tools | tojson }}{{ documents | tojson }}")
+
+
 @pytest.fixture(scope="module")
 def configs():
     return {name: shared_template(name) for name in ("llama3", "gemma3")}
@@ -35,8 +41,11 @@ def srv(request, server_factory, tmp_path_factory, configs):
     kw_template = base / "kw.jinja"
     kw_template.write_text("thinking={{ enable_thinking }} tools={{ tools | length if tools else 0 }} "
                            "choice={{ tool_choice }}|{{ messages[-1].content }}")
+    dump_template = base / "dump.jinja"
+    dump_template.write_text(DUMP_TEMPLATE)
     return server_factory(
         "--tokenizer-worker-num", str(request.param), "--context-length", str(CONTEXT),
+        "--model", f"dump={DEFAULT_TOKENIZER_DIR}", "--chat-template", f"dump={dump_template}",
         "--model", f"llama={model_dir(base, 'llama', configs['llama3'])}",
         "--model", f"gemma={model_dir(base, 'gemma', configs['gemma3'])}",
         "--model", f"plain={DEFAULT_TOKENIZER_DIR}",
@@ -109,6 +118,29 @@ def test_stream_events_in_openai_order(srv):
     plain = srv.stream("/v1/chat/completions", {"model": "echo", "messages": [{"role": "user", "content": "x"}],
                                                 "max_tokens": 1, "stream": True})
     assert [e == "[DONE]" or "usage" in e for e in plain] == [False, False, False, True]
+
+
+def test_concurrent_streams_lose_no_text(srv):
+    """Many streams at once, so that the receiver thread writes while the chunks are built."""
+    import threading
+    texts = [f"stream {i}: " + " ".join(f"w{i}x{j}" for j in range(40)) for i in range(12)]
+    results = {}
+
+    def go(i):
+        msgs = [{"role": "user", "content": texts[i]}]
+        n = prompt_count(srv, "echo", msgs)
+        events = srv.stream("/v1/chat/completions", {"model": "echo", "messages": msgs, "max_tokens": n,
+                                                     "stream": True})
+        results[i] = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1])
+
+    for _ in range(3):
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(len(texts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert [results.get(i) for i in range(len(texts))] == texts
+        results.clear()
 
 
 def test_stop_and_sampling_fields(client):
@@ -212,3 +244,62 @@ def test_json_template_file(tmp_path):
         assert status == 200 and body["choices"][0]["message"]["content"] == "[hey]"
     finally:
         srv.stop()
+
+
+def fuzz_value(r, depth=0):
+    choices = [None, True, 0, -1, 2.5, "", "x", "<|endoftext|>", "\u0000", "{\"a\": 1}", "[1]", "{bad"]
+    if depth < 3 and r.random() < 0.4:
+        if r.random() < 0.5:
+            return [fuzz_value(r, depth + 1) for _ in range(r.randint(0, 3))]
+        keys = ["role", "content", "type", "text", "function", "name", "arguments", "tool_calls", "image_url"]
+        return {r.choice(keys): fuzz_value(r, depth + 1) for _ in range(r.randint(0, 3))}
+    return r.choice(choices)
+
+
+def fuzz_message(r):
+    broken = r.random() < 0.1  # most messages are well formed, so that the rest of the body gets looked at
+    msg = {"role": r.choice(["robot", None, 1] if broken else ["system", "developer", "user", "assistant", "tool"]),
+           "content": r.choice(["hi", None, [], [{"type": "text", "text": "a"}, {"type": "input_text", "text": "b"}]]
+                               if r.random() < 0.9 else [[{"type": "image_url"}], [{"type": "text"}], fuzz_value(r)])}
+    if r.random() < 0.3:
+        msg["tool_calls"] = r.choice([[{"id": "c", "type": "function", "function": {
+            "name": "f", "arguments": r.choice(["{}", "{\"x\": [1, 2]}", "[]", "nope", {"x": 1}, None, 5])}}],
+            fuzz_value(r)] if broken else [[{"id": "c", "type": "function", "function": {"name": "g", "arguments": "{}"}}]])
+    if r.random() < 0.2:
+        msg[r.choice(["reasoning_content", "thinking", "reasoning", "name", "tool_call_id", "extra"])] = fuzz_value(r)
+    return msg
+
+
+def fuzz_body(r):
+    body = {"model": r.choice(["dump", "dump", "gemma", "llama", "kw", "echo", "plain"]),
+            "max_tokens": r.randint(1, 4), "messages": [fuzz_message(r) for _ in range(r.randint(1, 3))]}
+    for key in r.sample(["tools", "documents", "chat_template_kwargs", "tool_choice", "continue_final_message",
+                         "add_generation_prompt", "reasoning_effort", "stream", "stop", "response_format"],
+                        r.randint(0, 3)):
+        good = {"tools": [{"type": "function", "function": {"name": "f"}}], "documents": [{"text": "d"}],
+                "chat_template_kwargs": {"enable_thinking": 1}, "tool_choice": "auto", "continue_final_message": True,
+                "add_generation_prompt": False, "reasoning_effort": "low", "stream": True, "stop": ["x"],
+                "response_format": {"type": "text"}}
+        body[key] = fuzz_value(r) if r.random() < 0.3 else good[key]
+    return body
+
+
+@pytest.mark.slow
+def test_fuzzed_chat_requests_get_200_or_400(srv):
+    """Near-valid chat bodies with something broken: a 200 or a 4xx with a JSON error, never a 5xx."""
+    r = random.Random(1234)
+    outcomes = {}
+    for i in range(300):
+        body = fuzz_body(r)
+        path = "/v1/chat/completions" if i % 4 else "/tokenize"
+        if path == "/tokenize":
+            body = {k: v for k, v in body.items() if k in ("model", "messages", "tools", "documents",
+                                                          "chat_template_kwargs", "continue_final_message",
+                                                          "add_generation_prompt")}
+        status, _, resp = srv.request("POST", path, body)
+        assert status in (200, 400), (body, status, resp)
+        if status == 400:
+            assert isinstance(resp["error"]["message"], str) and resp["error"]["message"], resp
+        outcomes[status] = outcomes.get(status, 0) + 1
+    assert outcomes.get(200, 0) > 20 and outcomes.get(400, 0) > 20, outcomes
+    assert srv.get("/health")[0] == 200
