@@ -249,7 +249,12 @@ def do_round(value: Any, precision: int = 0, method: str = "common") -> float:
     return getattr(math, method)(value * (10 ** precision)) / (10 ** precision)
 
 
-_Group = namedtuple("_Group", ["grouper", "list"])
+class _Group(namedtuple("_Group", ["grouper", "list"])):
+    """A ``groupby`` group: ``.grouper`` and ``.list``, printed as a plain tuple (as jinja2's)."""
+
+    __slots__ = ()
+    __repr__ = tuple.__repr__
+    __str__ = tuple.__str__
 
 
 def do_groupby(value: Any, attribute: Any, default: Any = None, case_sensitive: bool = False) -> List[Any]:
