@@ -158,8 +158,8 @@ class ChatRoutes:
             if err is not None:
                 yield err.body()
                 break
-            # The receiver thread appends text, then sets the finish: read the finish first and
-            # the text once, so that no piece of text slips between two reads.
+            # The receiver thread grows st.text meanwhile: read the finish first (its text
+            # is complete by then), then one snapshot of the text for both slice and mark.
             finish, matched = openai_finish(st)
             text = st.text
             for delta in parser.feed(text[sent:]):

@@ -1,5 +1,5 @@
 """/v1/chat/completions end to end: the official openai client, streamed and not,
-N = 1 and 2, several models with their own templates.  With the echo engine, a
+N = 1 and 2 (one with each template backend), several models with their own templates.  With the echo engine, a
 request whose max_tokens is the prompt's length gets the rendered prompt back,
 which is compared with jinja2's rendering of the same template and context."""
 
@@ -35,8 +35,9 @@ def configs():
     return {name: shared_template(name) for name in ("llama3", "gemma3")}
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["N1", "N2"])
+@pytest.fixture(scope="module", params=[(1, "auto"), (2, "python")], ids=["N1-auto", "N2-python"])
 def srv(request, server_factory, tmp_path_factory, configs):
+    workers, backend = request.param
     base = tmp_path_factory.mktemp("chat")
     kw_template = base / "kw.jinja"
     kw_template.write_text("thinking={{ enable_thinking }} tools={{ tools | length if tools else 0 }} "
@@ -44,7 +45,7 @@ def srv(request, server_factory, tmp_path_factory, configs):
     dump_template = base / "dump.jinja"
     dump_template.write_text(DUMP_TEMPLATE)
     return server_factory(
-        "--tokenizer-worker-num", str(request.param), "--context-length", str(CONTEXT),
+        "--tokenizer-worker-num", str(workers), "--chat-template-backend", backend, "--context-length", str(CONTEXT),
         "--model", f"dump={DEFAULT_TOKENIZER_DIR}", "--chat-template", f"dump={dump_template}",
         "--model", f"llama={model_dir(base, 'llama', configs['llama3'])}",
         "--model", f"gemma={model_dir(base, 'gemma', configs['gemma3'])}",
