@@ -28,6 +28,14 @@ CONVERSATIONS = {
                     {"role": "user", "content": "and 3+3?"}],
     "ends_with_assistant": [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": "Hi there, "}],
     "unicode": [{"role": "user", "content": "héllo wörld 👋 — ｜"}],
+    "developer": [{"role": "developer", "content": "Use French."}, {"role": "user", "content": "Bonjour"}],
+    "tool_calls": [{"role": "user", "content": "Weather in Paris?"},
+                   {"role": "assistant", "content": None, "tool_calls": [
+                       {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                   {"role": "tool", "tool_call_id": "c1", "content": "22 C"}],
+    # Parts reach only templates that loop over content as parts (the others get one string; tested below).
+    "parts": [{"role": "user", "content": [{"type": "text", "text": "Look: "}, {"type": "text", "text": "two parts"}]},
+              {"role": "assistant", "content": [{"type": "text", "text": "Seen "}]}],
 }
 
 
@@ -69,6 +77,8 @@ def test_prompt_matches_transformers(transformers_tokenizers, name, conv, mode, 
         pytest.skip(f"the {backend} chat template backend is not available here")
     directory, hf = transformers_tokenizers[name]
     messages = CONVERSATIONS[conv]
+    if conv == "parts" and content_format(shared_template(name)["chat_template"]) == "string":
+        pytest.skip("this template reads content as a string; mtok joins the parts (see the test below)")
     kwargs = {"add_generation_prompt": mode == "generation_prompt", "continue_final_message": mode == "continue"}
     try:
         expected = hf.apply_chat_template(messages, tokenize=False, **kwargs)
