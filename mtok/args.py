@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
+from .chat import BACKENDS as CHAT_TEMPLATE_BACKENDS
 from .ipc import ipc_name
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ class ServerArgs:
         a("--chat-template", dest="chat_template", action="append", default=[], metavar="[NAME=]FILE",
           help="the chat template: a .jinja file, or a .json file holding it; NAME= for one model of "
                "several (default: the model's chat_template.jinja, else its tokenizer_config.json)")
-        a("--chat-template-backend", choices=("auto", "jinja2", "python"), default=d.chat_template_backend,
+        a("--chat-template-backend", choices=CHAT_TEMPLATE_BACKENDS, default=d.chat_template_backend,
           help="'jinja2', or 'python' = mtok's own engine; auto = jinja2 when installed (default: %(default)s)")
         a("--log-level", default=d.log_level, help="debug, info, warning, error (default: %(default)s)")
 
@@ -174,7 +175,11 @@ class ServerArgs:
             files = template_flags(self.chat_template, [s.name for s in self.model_specs()])
         except (ChatTemplateFileError, ValueError) as e:
             return problems + [str(e)]
-        problems += [f"--chat-template {f}: no such file" for f in sorted(set(files.values())) if not os.path.isfile(f)]
+        for f in sorted(set(files.values())):
+            if not os.path.isfile(f):
+                name = f.partition("=")[0] if "=" in f else None
+                problems.append(f"--chat-template {f}: no such file"
+                                + (f" (and no model is named {name!r})" if name else ""))
         return problems
 
 
