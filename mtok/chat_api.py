@@ -114,6 +114,8 @@ class ChatRoutes:
         inp = parse_chat_input(body)
         inp.kwargs = dict(template_extras(body), **(inp.kwargs or {}))
         ids = prompt_ids(model, inp)
+        if not ids:
+            raise bad("the chat template rendered an empty prompt for these messages", "messages")
         if max_tokens is None:
             sp.max_new_tokens = max(1, model.context_length - len(ids))
         obj = GenerateReqInput(input_ids=ids, sampling_params=sp, stream=get_bool(body, "stream", False),

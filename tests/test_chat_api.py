@@ -220,6 +220,8 @@ def test_errors_are_400s_that_name_the_fix(client, srv):
                         ({"messages": [{"role": "user", "content": "x"}], "prompt": "x"}, "prompt")):
         status, resp = srv.post("/v1/chat/completions", dict(body, model="echo"))
         assert status == 400 and resp["error"]["param"] == param, (body, resp)
+    status, resp = srv.post("/v1/chat/completions", {"model": "echo", "messages": [{"role": "system", "content": "x"}]})
+    assert status == 400 and "empty prompt" in resp["error"]["message"]  # echo_last renders no user message: ""
     assert srv.post("/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "x"}]})[0] == 404
     assert srv.get("/health")[0] == 200
 
