@@ -143,6 +143,20 @@ def template_messages(messages: List[Dict[str, Any]], fmt: str) -> List[Dict[str
     return out
 
 
+def template_tools(tools: Optional[List[Any]], choice: Any) -> Optional[List[Any]]:
+    """The tools the template sees, as SGLang gives them: none for an empty list or
+    ``tool_choice: "none"``, only the named one for ``{"function": {"name": ...}}``."""
+    if not tools or choice == "none":
+        return None
+    if isinstance(choice, dict):
+        name = choice["function"]["name"]
+        named = [t for t in tools if isinstance(t.get("function"), dict) and t["function"].get("name") == name]
+        if not named:
+            raise bad(f"'tool_choice' names the function {name!r}, which is not in 'tools'", "tool_choice")
+        return named
+    return tools
+
+
 def parse_chat_input(body: Dict[str, Any]) -> ChatInput:
     """The template fields of a chat request (or of ``/tokenize`` with messages)."""
     messages = parse_messages(body.get("messages"))
@@ -161,7 +175,7 @@ def parse_chat_input(body: Dict[str, Any]) -> ChatInput:
     add = get_bool(body, "add_generation_prompt", not cont)
     if cont and add:
         raise bad("'continue_final_message' and 'add_generation_prompt' cannot both be true", "continue_final_message")
-    return ChatInput(messages, tools, documents, add, cont, kwargs)
+    return ChatInput(messages, template_tools(tools, body.get("tool_choice")), documents, add, cont, kwargs)
 
 
 def _mark_final(messages: List[Dict[str, Any]]) -> str:
@@ -195,7 +209,7 @@ def _cut_at_final(rendered: str, final: str) -> str:
 
 def render_prompt(chat: ModelChat, inp: ChatInput) -> str:
     """The prompt text, as ``apply_chat_template(..., tokenize=False)`` gives it."""
-    compiled: Compiled = chat.pick(bool(inp.tools))
+    compiled: Compiled = chat.pick(inp.tools is not None)
     messages = template_messages(inp.messages, compiled.content_format)
     final = _mark_final(messages) if inp.continue_final_message else None
     context: Dict[str, Any] = dict(chat.special_tokens)

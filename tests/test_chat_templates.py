@@ -207,6 +207,18 @@ def test_template_flags_per_model():
         template_flags(["a.jinja", "b.jinja"], ["x"])
 
 
+def test_tools_the_template_sees():
+    body = {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS + [{"type": "function", "function": {"name": "g"}}]}
+    assert parse_chat_input(body).tools == body["tools"]
+    assert parse_chat_input(dict(body, tool_choice="auto")).tools == body["tools"]
+    assert parse_chat_input(dict(body, tool_choice="none")).tools is None
+    assert parse_chat_input(dict(body, tools=[])).tools is None
+    assert parse_chat_input(dict(body, tool_choice={"type": "function", "function": {"name": "g"}})).tools == body["tools"][1:]
+    with pytest.raises(APIError) as e:
+        parse_chat_input(dict(body, tool_choice={"type": "function", "function": {"name": "h"}}))
+    assert e.value.param == "tool_choice"
+
+
 def test_request_fields_for_the_template():
     body = {"messages": [{"role": "user", "content": "x"}]}
     assert parse_chat_input(body).add_generation_prompt is True
