@@ -54,6 +54,13 @@ def openai_sampling(got: Dict[str, Any], default_max: Optional[int], echo: bool 
     return sp
 
 
+def parse_openai_sampling(got: Dict[str, Any], max_tokens: Optional[int]) -> "tuple[SamplingParams, bool]":
+    """The sampling fields both OpenAI routes share, from :func:`fields.read`'s result,
+    and ``stream_options.include_usage``; the caller decides the token budget."""
+    got = {k: v for k, v in got.items() if k != "max_new_tokens"}
+    return openai_sampling(got, max_tokens), stream_options(got)
+
+
 def stream_options(got: Dict[str, Any]) -> bool:
     """include_usage of ``stream_options``."""
     opts = got.get("stream_options")

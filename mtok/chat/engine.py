@@ -1,0 +1,161 @@
+"""mtok's own Jinja engine: compile a chat template once, render it many times.
+
+``compile_template(source, limits)`` lexes (:mod:`.lexer`), parses (:mod:`.parser`,
+:mod:`.statements`), generates Python source (:mod:`.compiler`) and compiles it with
+``compile()``; each ``render(context)`` then runs one Python function under a fresh
+:class:`Runtime`, which holds the render's limits (steps, output size, macro depth)
+and the globals that depend on it (``range``).  Any failure is a TemplateError, with
+the template line where the failure happened when it can be known.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from itertools import islice
+from typing import Any, Callable, Dict, List
+
+from . import sandbox
+from .compiler import generate
+from .errors import TemplateError
+from .limits import MAX_RANGE, Limits
+from .parser import parse
+from .runtime import MISSING, Cycler, Joiner, LoopContext, Macro, Namespace, check_namespace_key, undefined_name
+
+
+def raise_exception(message: Any) -> None:
+    raise TemplateError(str(message), "raised")
+
+
+def strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+class _TemplateDict:
+    """The ``dict`` global, as transformers gives it: ``dict(...)`` and ``dict.fromkeys``."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> Dict[Any, Any]:
+        return dict.fromkeys(*args, **kwargs)
+
+
+GLOBALS: Dict[str, Any] = {
+    "dict": _TemplateDict(), "namespace": Namespace, "cycler": Cycler, "joiner": Joiner,
+    "raise_exception": raise_exception, "strftime_now": strftime_now,
+}
+
+
+def _setns(ns: Any, attr: str, value: Any) -> None:
+    if type(ns) is not Namespace:
+        raise TemplateError("cannot assign attribute on non-namespace object", "type")
+    check_namespace_key(attr)
+    ns.attrs[attr] = value
+
+
+BASE_NAMESPACE: Dict[str, Any] = {
+    "ga": sandbox.getattr_, "gi": sandbox.getitem, "call": sandbox.call, "add": sandbox.add, "mul": sandbox.mul,
+    "pow_": sandbox.pow_, "concat": sandbox.concat, "s": str, "setns": _setns, "LoopContext": LoopContext,
+    "Macro": Macro, "MISSING": MISSING, "__builtins__": {"list": list, "slice": slice, "str": str},
+}
+
+
+class Runtime:
+    """What one render has spent: loop steps, output checked so far, macro depth."""
+
+    __slots__ = ("limits", "steps", "depth", "buf", "mark", "size")
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self.steps = 0
+        self.depth = 0
+        self.buf: List[str] = []
+        self.mark = 0
+        self.size = 0
+
+    def tick(self, buf: List[str]) -> None:
+        self.steps += 1
+        if self.steps > self.limits.max_steps:
+            raise TemplateError(f"the template ran more than {self.limits.max_steps} loop steps", "limit")
+        if buf is not self.buf:
+            self.buf, self.mark, self.size = buf, 0, 0
+        n = len(buf)
+        if n > self.mark:
+            self.size += sum(map(len, islice(buf, self.mark, n)))
+            self.mark = n
+            if self.size > self.limits.max_output:
+                self.too_long()
+
+    def too_long(self) -> None:
+        raise TemplateError(f"the template rendered more than {self.limits.max_output} characters", "limit")
+
+    def join(self, buf: List[str]) -> str:
+        rv = "".join(buf)
+        if len(rv) > self.limits.max_output:
+            self.too_long()
+        return rv
+
+    def range(self, *args: int) -> range:
+        rng = range(*args)
+        if len(rng) > MAX_RANGE:
+            raise TemplateError(f"range too big: {len(rng)} items, at most {MAX_RANGE}", "security")
+        return rng
+
+
+class CompiledTemplate:
+    """A template compiled to one Python function; ``render(context)`` runs it."""
+
+    backend = "python"
+
+    def __init__(self, source: str, limits: Limits):
+        self.limits = limits
+        body = parse(source)
+        self.python_source, self.line_map, namespace = generate(body)
+        code = compile(self.python_source, "<chat template>", "exec")
+        namespace.update(BASE_NAMESPACE)
+        exec(code, namespace)
+        self._root: Callable[..., List[str]] = namespace["root"]
+
+    def render(self, context: Dict[str, Any]) -> str:
+        rt = Runtime(self.limits)
+        names = dict(GLOBALS)
+        names["range"] = rt.range
+        names.update(context)
+
+        def resolve(name: str) -> Any:
+            return names[name] if name in names else undefined_name(name)
+
+        try:
+            out = self._root(resolve, rt)
+        except TemplateError as exc:
+            if exc.lineno is None:
+                exc.lineno = self._template_line(exc)
+                exc.args = (exc._describe(),)
+            raise
+        except RecursionError as exc:
+            raise TemplateError("the template recursed too deeply", "limit", self._template_line(exc)) from None
+        except Exception as exc:  # a Python error inside the template: TypeError, ZeroDivisionError, ...
+            raise TemplateError(f"{type(exc).__name__}: {exc}", "type", self._template_line(exc)) from None
+        return rt.join(out)
+
+    def _template_line(self, exc: BaseException) -> Any:
+        tb = exc.__traceback__
+        lineno = None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == "<chat template>" and tb.tb_lineno < len(self.line_map):
+                lineno = self.line_map[tb.tb_lineno] or lineno
+            tb = tb.tb_next
+        return lineno
+
+
+def compile_template(source: str, limits: Limits) -> CompiledTemplate:
+    try:
+        return CompiledTemplate(source, limits)
+    except RecursionError:
+        raise TemplateError("the template is nested too deeply", "syntax") from None
+    except SyntaxError as exc:  # Python refused the generated code (e.g. over 20 nested blocks)
+        raise TemplateError(f"the template cannot be compiled: {exc.msg}", "syntax") from None
+
+
+__all__ = ["CompiledTemplate", "GLOBALS", "compile_template", "sys"]
