@@ -268,7 +268,9 @@ class Api(OpenAIRoutes, ChatRoutes):
         rids = rid if isinstance(rid, list) else [rid]
         if not rids or not all(isinstance(r, str) and r for r in rids):
             raise bad("'rid' is required: a request id or a list of them (or give 'abort_all')", "rid")
-        aborted = sum(self.tm.rpc("abort", rid=r) for r in rids)
+        # a chat completion's id is "chatcmpl-<rid>"
+        aborted = sum(self.tm.rpc("abort", rid=r[len("chatcmpl-"):] if r.startswith("chatcmpl-") else r)
+                      for r in rids)
         return {"rid": rid, "aborted": aborted > 0}
 
     @route("POST", "/flush_cache")

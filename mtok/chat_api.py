@@ -113,9 +113,9 @@ class ChatRoutes:
         obj = GenerateReqInput(input_ids=ids, sampling_params=sp, stream=get_bool(body, "stream", False),
                                model=model.name, lora_path=got.get("lora_path"), logprobs=chat_logprobs(got))
         parsers = [make_output_parser(body, model, self.args) for _ in range(obj.num_outputs)]  # one per choice
-        rid = self.tm.assign_rids(obj)[0]  # the id is the rid: /abort_request takes it
+        rid = self.tm.assign_rids(obj)[0]  # the id holds the rid: /abort_request takes it
         states = self.tm.generate_request(obj, req.watch)
-        head = {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model.name}
+        head = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model.name}
         if obj.stream:
             head["object"] = "chat.completion.chunk"
             return EventStream(self._chat_chunks(self.first_then_rest(states), head, parsers, include_usage))

@@ -169,7 +169,8 @@ class Scheduler:
             cap, param = missing
             req.finished_reason = abort_reason(
                 f"'{param}' is not supported by the engine of model {req.model!r} "
-                f"({type(self.models[req.model].engine).__name__} does not declare the '{cap}' capability)", 400)
+                f"({type(self.models[req.model].engine).__name__} does not declare the '{cap}' capability)"
+                + (" ('response_format' asks for it too)" if cap == "json_schema" else ""), 400)
             req.finished_reason["param"] = param
         elif req.logprobs is not None and req.logprobs.start_len > len(req.input_ids):
             req.finished_reason = abort_reason(

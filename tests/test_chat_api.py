@@ -210,14 +210,15 @@ def test_errors_are_400s_that_name_the_fix(client, srv):
         client.chat.completions.create(model="gemma", messages=image, max_tokens=1)
     assert "text only" in str(e.value)
     for body, param in (({"messages": []}, "messages"), ({}, "messages"),
-                        ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
-                        ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs"),
+                        ({"messages": [{"role": "user", "content": "x"}], "n": 0}, "n"),
+                        ({"messages": [{"role": "user", "content": "x"}], "logprobs": 3}, "logprobs"),
+                        ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, "top_logprobs"),
                         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
                         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": CONTEXT}, "max_new_tokens"),
                         ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "maybe"}, "tool_choice"),
                         ({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
-                         "response_format"),
-                        ({"messages": [{"role": "user", "content": "x"}], "prompt": "x"}, "prompt")):
+                         "json_schema"),  # the echo engine has no constrained decoding (mtok.fields)
+                        ({"messages": [{"role": "user", "content": "x"}], "image_data": "x.png"}, "image_data")):
         status, resp = srv.post("/v1/chat/completions", dict(body, model="echo"))
         assert status == 400 and resp["error"]["param"] == param, (body, resp)
     status, resp = srv.post("/v1/chat/completions", {"model": "echo", "messages": [{"role": "system", "content": "x"}]})
