@@ -20,7 +20,7 @@ from .logprobs import OUTPUT_KEYS, sglang_meta
 from .metrics import merge as merge_metrics
 from .metrics import read as read_metrics
 from .metrics import render as render_metrics
-from .openai_api import OpenAIRoutes, embedding_inputs
+from .openai_api import OpenAIRoutes, embedding_inputs, refuse_embedding_adapter
 from .status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
 from .tokenizer_manager import ReqState, TokenizerManager
 from .parse import parse_generate
@@ -137,6 +137,7 @@ class Api(OpenAIRoutes, ChatRoutes):
     def encode(self, req: Request) -> Any:
         """SGLang's embedding endpoint: ``text`` or ``input_ids``, single or batch."""
         got = fields.read(require_object(req.json()), fields.ENC, self.args.strict_fields)
+        refuse_embedding_adapter(got)
         has_text, has_ids = "text" in got, "input_ids" in got
         if has_text == has_ids:
             raise bad("give exactly one of 'text' and 'input_ids'", "text")
@@ -148,6 +149,10 @@ class Api(OpenAIRoutes, ChatRoutes):
             err = st.error()
             if err is not None:
                 raise err
+            dims = got.get("dimensions")
+            if dims is not None and dims != len(st.embedding or ()):
+                raise bad(f"this model's embeddings have {len(st.embedding or ())} dimensions, not {dims}",
+                          "dimensions")
             out.append({"embedding": st.embedding, "meta_info": {"id": st.rid, "prompt_tokens": st.prompt_tokens}})
         return out if is_batch else out[0]
 

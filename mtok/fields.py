@@ -118,7 +118,7 @@ TABLE: Tuple[Field, ...] = (
     Field("logprobs", OAI, USED, None, None, capability="logprobs"),  # an int (completions), a bool (chat)
     Field("top_logprobs", _where(CHAT), USED, lambda x, n: v.as_int(x, n, 0, 20), 0, capability="top_logprobs"),
     # -- adapters: forwarded to an engine that has them ---------------------------------
-    Field("lora_path", _where(GEN, ENC, OAI), FORWARDED, v.as_str, capability="lora"),
+    Field("lora_path", _where(GEN, ENC, OAI, EMB), FORWARDED, v.as_str, capability="lora"),
     Field("lora_id", _where(GEN, ENC), FORWARDED, v.as_str, capability="lora"),
     # -- the chat endpoint's own fields (read by mtok's chat route) --------------------------
     *_rows(USED, [CHAT], "tools tool_choice parallel_tool_calls functions function_call chat_template "
@@ -131,23 +131,24 @@ TABLE: Tuple[Field, ...] = (
            "mm_content_hashes prompt_embeds media_io_kwargs audio mm_payload embed_override_token_id "
            "embed_overrides positional_embed_overrides return_mm_kwargs", _MULTIMODAL),
     Field("modalities", _where(GEN, ENC, CHAT), REFUSED, default=["text"], why=_MULTIMODAL),
-    *_rows(REFUSED, [GEN, SP, OAI, EMB], "return_hidden_states return_routed_experts routed_experts_start_len "
+    *_rows(REFUSED, [GEN, SP, ENC, OAI, EMB], "return_hidden_states return_routed_experts routed_experts_start_len "
            "routed_experts_prompt_start return_entropy return_bytes return_sampling_mask return_indexer_topk "
            "return_flat_raw_top_logprobs return_flat_raw_output_top_logprobs return_flat_raw_top_logprobs_b64 "
            "return_cached_tokens_details return_spec_tokens_details return_meta_info return_input_ids_in_sglext "
            "return_output_ids_in_sglext return_prompt_token_ids return_token_ids return_tokens_as_token_ids "
            "return_token_offsets return_prompt_text return_weight_versions return_pooled_hidden_states "
            "prompt_logprobs logprob_token_ids sampling_logprobs_mode", _RETURN),
-    *_rows(REFUSED, [GEN, SP, OAI, EMB], "beam_width use_beam_search watermark watermarking bad_words "
+    *_rows(REFUSED, [GEN, SP, ENC, OAI, EMB], "beam_width use_beam_search watermark watermarking bad_words "
            "allowed_token_ids custom_logit_processor session_params truncate_prompt_tokens max_thinking_tokens "
            "require_reasoning thinking_token_budget repetition_detection vllm_xargs kv_transfer_params "
            "ec_transfer_params token_indices_to_pool multi_item_delimiter_indices is_cross_encoder_request "
-           "prediction web_search_options use_activation", "this server does not support it"),
+           "prediction web_search_options use_activation decision_layout", "this server does not support it"),
     Field("length_penalty", OAI, REFUSED, default=1.0, why="beam search is not supported"),
     Field("add_special_tokens", _where(OAI, EMB), REFUSED, default=True,
           why="prompts are always tokenized with the tokenizer's special tokens"),
     Field("embed_dtype", _where(EMB), REFUSED, default="float32", why="embeddings are float32"),
     Field("endianness", _where(EMB), REFUSED, default="native", why="embeddings are sent in native byte order"),
+    Field("rid", _where(EMB), IGNORED), Field("sampling_params", _where(ENC), IGNORED),
     # -- meaningless here: routing, tracing, accounting, caching hints ----------------------------
     *_rows(IGNORED, [GEN, SP, ENC, OAI, EMB], "routed_dp_rank data_parallel_rank disagg_prefill_dp_rank "
            "bootstrap_host bootstrap_port bootstrap_room bootstrap_pair_key decode_tp_size priority log_metrics "

@@ -109,6 +109,13 @@ def embedding_inputs(value: Any, name: str) -> "tuple[List[Any], bool]":
               + ("; it must not be empty" if isinstance(value, list) else f", not {_json_type(value)}"), name)
 
 
+def refuse_embedding_adapter(got: Dict[str, Any]) -> None:
+    """Embeddings have no capability check in the scheduler: an adapter is refused here."""
+    for key in ("lora_path", "lora_id"):
+        if got.get(key) is not None:
+            raise bad(f"'{key}': LoRA adapters are not supported for embeddings", key)
+
+
 def openai_finish(st: "ReqState") -> "tuple[Optional[str], Any]":
     reason = st.finished_reason
     if reason is None:
@@ -149,13 +156,13 @@ class OpenAIRoutes:
     @route("POST", "/v1/embeddings")
     def embeddings(self, req: Request) -> Any:
         body = require_object(req.json())
-        fields.read(body, fields.EMB, self.args.strict_fields)  # unknown, ignored and refused fields
+        got = fields.read(body, fields.EMB, self.args.strict_fields)  # unknown, ignored and refused fields
+        refuse_embedding_adapter(got)
         if "input" not in body:
             raise bad("'input' is required", "input")
         fmt = get_str(body, "encoding_format", "float")
         if fmt not in ("float", "base64"):
             raise bad("'encoding_format' must be 'float' or 'base64'", "encoding_format")
-        get_str(body, "user")
         inputs, _ = embedding_inputs(body["input"], "input")
         model = self.tm.model(get_str(body, "model"))
         states = self.tm.embed_request(inputs, model.name, req.watch)

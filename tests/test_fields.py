@@ -1,0 +1,179 @@
+"""The field table against the pinned schemas, and every field sent at its default and at a wrong type."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+from mtok import fields
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PINNED = os.path.join(ROOT, "tests", "data", "pinned_request_fields.json")
+
+# Which part of mtok serves each pinned schema.
+SCHEMA_API = {
+    "sglang.GenerateReqInput": fields.GEN,
+    "sglang.SamplingParams": fields.SP,
+    "sglang.EmbeddingReqInput": fields.ENC,
+    "sglang.CompletionRequest": fields.CMPL,
+    "sglang.ChatCompletionRequest": fields.CHAT,
+    "sglang.EmbeddingRequest": fields.EMB,
+    "vllm.CompletionRequest": fields.CMPL,
+    "vllm.ChatCompletionRequest": fields.CHAT,
+    "vllm.EmbeddingCompletionRequest": fields.EMB,
+    "openai.CompletionCreateParams": fields.CMPL,
+    "openai.ChatCompletionCreateParams": fields.CHAT,
+    "openai.EmbeddingCreateParams": fields.EMB,
+}
+
+
+def missing_from_table(schemas):
+    return sorted(f"{schema}.{name}" for schema, names in schemas.items()
+                  for name in names if name not in fields.FIELDS[SCHEMA_API[schema]])
+
+
+@pytest.mark.fast
+def test_every_pinned_field_is_in_the_table():
+    with open(PINNED) as f:
+        pinned = json.load(f)["schemas"]
+    assert set(pinned) == set(SCHEMA_API)
+    assert missing_from_table(pinned) == []
+
+
+@pytest.mark.fast
+def test_the_table_against_the_installed_packages():
+    """The live packages, where installed: the openai client (a test dependency),
+    and sglang / vllm when present, read by the same script that pins them."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    try:
+        import pin_request_schemas as pin
+    finally:
+        sys.path.pop(0)
+    roots = {}
+    for pkg in ("openai", "sglang", "vllm"):
+        spec = importlib.util.find_spec(pkg)
+        if spec is not None and spec.submodule_search_locations:
+            roots[pkg] = list(spec.submodule_search_locations)[0]
+    if "openai" not in roots:
+        pytest.skip("the openai package is not installed")
+    live = {}
+    for schema, (pkg, files, cls, kind) in pin.SCHEMAS.items():
+        paths = [os.path.join(roots.get(pkg, ""), f) for f in files]
+        if pkg not in roots or not all(os.path.isfile(p) for p in paths):
+            continue
+        classes = pin._classes(paths)
+        if cls not in classes:
+            continue
+        if kind == "class":
+            live[schema] = pin.class_fields(classes, cls)
+        else:
+            with open(paths[0]) as f:
+                live[schema] = pin.api_fields(classes, cls, f.read())
+    assert any(s.startswith("openai.") for s in live)
+    assert missing_from_table(live) == []
+
+
+@pytest.mark.fast
+def test_every_row_is_well_formed():
+    actions = {fields.USED, fields.FORWARDED, fields.IGNORED, fields.REFUSED}
+    from mtok.engines import CAPABILITIES
+
+    for f in fields.TABLE:
+        assert f.action in actions and f.where, f
+        assert f.capability is None or f.capability in CAPABILITIES, f
+        assert f.action != fields.REFUSED or f.why, f
+
+
+# -- every field, over HTTP -------------------------------------------------------------
+BASES = {
+    fields.GEN: ("/generate", {"text": "fuzz me", "sampling_params": {"max_new_tokens": 2}}),
+    fields.SP: ("/generate", {"text": "fuzz me"}),
+    fields.ENC: ("/encode", {"text": "fuzz me"}),
+    fields.CMPL: ("/v1/completions", {"prompt": "fuzz me", "max_tokens": 2}),
+    fields.CHAT: ("/v1/chat/completions", {"messages": [{"role": "user", "content": "fuzz me"}], "max_tokens": 2}),
+    fields.EMB: ("/v1/embeddings", {"input": "fuzz me"}),
+}
+# Fields whose default cannot stand alone in a body (the prompt and its alternatives).
+PROMPT_FIELDS = {"text", "input_ids", "prompt", "messages", "input", "sampling_params", "rid"}
+
+
+def cases():
+    for api, table in sorted(fields.FIELDS.items()):
+        for name, f in sorted(table.items()):
+            yield api, name, f
+
+
+def body_with(api, name, value):
+    path, base = BASES[api]
+    body = json.loads(json.dumps(base))
+    if api == fields.SP:
+        body["sampling_params"] = {name: value}
+    else:
+        if fields.FIELDS[api][name].name == "max_new_tokens":
+            body.pop("max_tokens", None)  # one name of the three at a time
+        body[name] = value
+    return path, body
+
+
+def wrong_value(f):
+    """A value of the wrong JSON type for the field: an object, or a string where an object goes."""
+    return "not-an-object" if f.check is not None and f.check.__name__ == "as_object" else {"wrong": [1]}
+
+
+@pytest.fixture(scope="module")
+def srv(server_factory):
+    return server_factory("--chat-template", os.path.join(ROOT, "examples", "chat_template_echo_last.jinja"))
+
+
+def check_answer(status, body, what):
+    assert status in (200, 400), (what, status, body)
+    if status == 400:
+        err = body["error"]
+        assert err["message"] and err["type"] == "invalid_request_error" and err["code"] == 400, (what, body)
+
+
+@pytest.mark.fast
+def test_every_field_at_its_default_is_served(srv):
+    conn = srv.conn()
+    for api, name, f in cases():
+        if name in PROMPT_FIELDS or name in ("model",):
+            continue
+        path, body = body_with(api, name, f.default)
+        status, _, resp = srv.request("POST", path, body, conn=conn)
+        if name in ("tools", "functions", "documents") and status == 400:
+            continue  # the chat template's business: null is not a list of tools
+        assert status == 200, (api, name, f.default, resp)
+
+
+@pytest.mark.fast
+def test_every_field_at_a_wrong_type_is_a_200_or_a_clear_400(srv):
+    conn = srv.conn()
+    for api, name, f in cases():
+        path, body = body_with(api, name, wrong_value(f))
+        status, _, resp = srv.request("POST", path, body, conn=conn)
+        check_answer(status, resp, (api, name))
+        if f.action == fields.USED and f.check is not None and name not in PROMPT_FIELDS:
+            assert status == 400, (api, name, resp)
+        if f.action == fields.IGNORED:
+            assert status == 200, (api, name, resp)
+    assert srv.post("/generate", {"text": "still serving"})[0] == 200
+
+
+@pytest.mark.fast
+def test_unknown_fields_are_ignored_and_strict_fields_refuses_them(srv, server_factory):
+    status, resp = srv.post("/generate", {"text": "a", "no_such_field": 1, "sampling_params": {"nor_this": 2}})
+    assert status == 200, resp
+    assert srv.post("/v1/completions", {"prompt": "a", "max_tokens": 1, "typo_tokens": 3})[0] == 200
+    strict = server_factory("--strict-fields")
+    status, resp = strict.post("/generate", {"text": "a", "no_such_field": 1})
+    assert status == 400 and resp["error"]["param"] == "no_such_field", resp
+    status, resp = strict.post("/generate", {"text": "a", "sampling_params": {"nor_this": 2}})
+    assert status == 400 and resp["error"]["param"] == "sampling_params.nor_this", resp
+    status, resp = strict.post("/v1/completions", {"prompt": "a", "typo_tokens": 3})
+    assert status == 400 and resp["error"]["param"] == "typo_tokens", resp
+    # known-but-ignored fields are not typos
+    assert strict.post("/generate", {"text": "a", "routed_dp_rank": 3, "log_metrics": False})[0] == 200
