@@ -68,7 +68,7 @@ _RETURN = "this server does not produce it"
 
 TABLE: Tuple[Field, ...] = (
     # -- the prompt and the request ---------------------------------------------------
-    Field("text", _where(GEN, ENC), USED), Field("input_ids", _where(GEN, ENC, CHAT), USED),
+    Field("text", _where(GEN, ENC), USED), Field("input_ids", _where(GEN, ENC), USED),
     Field("prompt", _where(CMPL), USED), Field("messages", _where(CHAT), USED),
     Field("input", _where(EMB), USED),
     Field("sampling_params", _where(GEN), USED), Field("stream", _where(GEN, OAI), USED, v.as_bool, False),
@@ -76,7 +76,7 @@ TABLE: Tuple[Field, ...] = (
     Field("model", _where(GEN, ENC, OAI, EMB), USED, v.as_str),
     Field("encoding_format", _where(EMB), USED, v.as_str, "float"),
     Field("dimensions", _where(ENC, EMB), USED, lambda x, n: v.as_int(x, n, 1)),
-    Field("echo", _where(CMPL, CHAT), USED, v.as_bool, False),
+    Field("echo", _where(CMPL), USED, v.as_bool, False),
     Field("suffix", _where(CMPL), REFUSED, why="insertion (suffix) is not supported"),
     # -- generation length and stops ---------------------------------------------------
     Field("max_new_tokens", SAMPLING, USED, _int0, 128, ("max_tokens", "max_completion_tokens")),
@@ -121,9 +121,15 @@ TABLE: Tuple[Field, ...] = (
     Field("lora_path", _where(GEN, ENC, OAI, EMB), FORWARDED, v.as_str, capability="lora"),
     Field("lora_id", _where(GEN, ENC), FORWARDED, v.as_str, capability="lora"),
     # -- the chat endpoint's own fields (read by mtok's chat route) --------------------------
-    *_rows(USED, [CHAT], "tools tool_choice parallel_tool_calls functions function_call chat_template "
-           "chat_template_kwargs add_generation_prompt continue_final_message documents reasoning_effort "
-           "separate_reasoning stream_reasoning include_reasoning thinking"),
+    *_rows(USED, [CHAT], "tools tool_choice parallel_tool_calls chat_template_kwargs add_generation_prompt "
+           "continue_final_message documents reasoning_effort"),
+    Field("thinking", _where(CHAT), REFUSED, why="use 'chat_template_kwargs' (e.g. enable_thinking)"),
+    # read by the reasoning parsers (branch parsers); without a --reasoning-parser they change nothing
+    *_rows(USED, [CHAT], "separate_reasoning stream_reasoning include_reasoning"),
+    *_rows(REFUSED, [CHAT], "functions function_call", "use 'tools' and 'tool_choice'"),
+    Field("chat_template", _where(CHAT), REFUSED, why="the server's --chat-template renders every request"),
+    Field("input_ids", _where(CHAT), REFUSED, why="send 'messages'; the chat template makes the prompt"),
+    Field("echo", _where(CHAT), REFUSED, default=False, why="echoing the last message is not supported"),
     # -- asks for something this server cannot do -------------------------------------------
     *_rows(REFUSED, [GEN, ENC, OAI, EMB], "image_data video_data audio_data input_embeds "
            "mm_processor_kwargs images_config video_config max_dynamic_patch min_dynamic_patch "
@@ -216,3 +222,29 @@ def read(body: Dict[str, Any], api: str, strict: bool, prefix: str = "") -> Dict
             raise v.bad(f"give only one of {', '.join(repr(prefix + n) for n in (f.name,) + f.aliases)}", param)
         out[f.name] = f.check(value, param) if f.check is not None else value
     return out
+
+
+def markdown() -> str:
+    """The table as docs/fields.md (``python -m mtok.fields > docs/fields.md``; a test keeps them equal)."""
+    lines = ["# Request fields", "",
+             "Generated from `mtok/fields.py` by `python -m mtok.fields > docs/fields.md`; do not edit by hand.",
+             "Where: `generate` (`/generate`), `sampling_params` (its `sampling_params`), `encode` (`/encode`),",
+             "`completions`, `chat` and `embeddings` (`/v1/...`).  A field in no row is ignored and logged once",
+             "(`--strict-fields`: a 400).", "",
+             "| field | aliases | where | what mtok does | default |", "|---|---|---|---|---|"]
+    for f in sorted(TABLE, key=lambda f: (_ORDER.index(f.action), f.name)):
+        what = f.action
+        if f.capability:
+            what += f" (engine capability `{f.capability}`)"
+        if f.why:
+            what += f": {f.why}"
+        aliases = ", ".join(f"`{a}`" for a in f.aliases)
+        default = "" if f.default is None else f"`{f.default!r}`"
+        lines.append(f"| `{f.name}` | {aliases} | {', '.join(sorted(f.where))} | {what} | {default} |")
+    return "\n".join(lines) + "\n"
+
+
+_ORDER = (USED, FORWARDED, REFUSED, IGNORED)
+
+if __name__ == "__main__":
+    print(markdown(), end="")
