@@ -38,7 +38,7 @@ from .ipc import Receiver, Sender, SenderWrapper
 from .metrics import Metrics
 from .models import load_tokenizers
 from .tokenizer import Tokenizer
-from .validate import APIError, bad
+from .validate import APIError, bad, show
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class TokenizerManager:
             if len(ids) + sp.max_new_tokens > model.context_length:
                 raise bad(
                     f"this model's maximum context length is {model.context_length} tokens; the prompt has "
-                    f"{len(ids)} and {sp.max_new_tokens} more were requested{where}",
+                    f"{len(ids)} and {show(sp.max_new_tokens)} more were requested{where}",
                     "max_new_tokens",
                 )
             model.check_ids([sp.stop_token_ids], "stop_token_ids")
@@ -392,7 +392,7 @@ class ModelEntry:
         for ids in seqs:
             for t in ids:
                 if not 0 <= t < n:
-                    raise bad(f"token id {t} is out of range for a vocabulary of {n}", param)
+                    raise bad(f"token id {show(t)} is out of range for a vocabulary of {n}", param)
 
 
 class TokenizerWorker(TokenizerManager):

@@ -250,3 +250,22 @@ def test_incremental_streaming_output(server_factory):
     assert [t for e in events for t in e["output_ids"]] == whole["output_ids"]
     assert [x for e in events for x in e["meta_info"]["output_token_logprobs"]] == \
         whole["meta_info"]["output_token_logprobs"]
+
+
+# -- issue 16, finding 11 ------------------------------------------------------------------
+def test_huge_numbers_are_short_400s(srv):
+    huge = 10 ** 4000
+    for path, body, param in (
+            ("/generate", {"text": "a", "sampling_params": {"temperature": huge}}, "sampling_params.temperature"),
+            ("/generate", {"text": "a", "sampling_params": {"frequency_penalty": -huge}},
+             "sampling_params.frequency_penalty"),
+            ("/generate", {"text": "a", "sampling_params": {"max_new_tokens": huge}}, "max_new_tokens"),
+            ("/generate", {"input_ids": [huge]}, "input_ids"),
+            ("/v1/completions", {"prompt": "a", "top_p": huge}, "top_p"),
+            ("/v1/completions", {"prompt": "a", "repetition_penalty": huge}, "repetition_penalty"),
+            ("/v1/completions", {"prompt": "a", "max_tokens": 4, "min_tokens": 5}, "min_new_tokens"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "min_p": huge}, "min_p"),
+    ):
+        status, resp = srv.post(path, body)
+        assert status == 400 and resp["error"]["param"] == param, (body, resp)
+        assert len(resp["error"]["message"]) < 300, resp["error"]["message"][:300]
