@@ -269,3 +269,25 @@ def test_huge_numbers_are_short_400s(srv):
         status, resp = srv.post(path, body)
         assert status == 400 and resp["error"]["param"] == param, (body, resp)
         assert len(resp["error"]["message"]) < 300, resp["error"]["message"][:300]
+
+
+def test_prompt_scoring_with_echo_and_no_tokens(srv):
+    prompt = "score this prompt"
+    ids = ids_of(srv, prompt)
+    status, resp = srv.post("/v1/completions", {"prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 1})
+    assert status == 200, resp
+    choice = resp["choices"][0]
+    assert choice["text"] == prompt and len(choice["logprobs"]["tokens"]) == len(ids)
+    assert choice["logprobs"]["token_logprobs"][0] is None and resp["usage"]["completion_tokens"] == 0
+
+
+def test_odd_bytes_in_query_and_headers_are_not_500s(srv):
+    conn = srv.conn()
+    conn.putrequest("GET", "/get_model_info?model=%ED%A0%80%FF")
+    conn.putheader("X-Odd", b"\xed\xa0\x80\xff")
+    conn.putheader("Authorization", b"Bearer \xed\xa0\x80")
+    conn.endheaders()
+    resp = conn.getresponse()
+    assert resp.status in (200, 400, 404), resp.read()
+    resp.read()
+    assert srv.post("/generate", {"text": "still here"})[0] == 200
