@@ -113,7 +113,7 @@ class ChatRoutes:
         obj = GenerateReqInput(input_ids=ids, sampling_params=sp, stream=get_bool(body, "stream", False),
                                model=model.name, lora_path=got.get("lora_path"), logprobs=chat_logprobs(got))
         parsers = [make_output_parser(body, model, self.args) for _ in range(obj.num_outputs)]  # one per choice
-        rid = self.tm.assign_rids(obj)[0]  # the id holds the rid: /abort_request takes it
+        rid = self.tm.assign_rids(obj)  # the id holds the rid: /abort_request takes it
         states = self.tm.generate_request(obj, req.watch)
         head = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model.name}
         if obj.stream:

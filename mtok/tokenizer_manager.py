@@ -166,7 +166,8 @@ class TokenizerManager:
         else:
             prompts = obj.input_ids if obj.is_batch else [obj.input_ids]  # type: ignore[list-item]
             model.check_ids(prompts, "input_ids")  # type: ignore[arg-type]
-        rids = self.assign_rids(obj)
+        self.assign_rids(obj)
+        rids = obj.rid if isinstance(obj.rid, list) else [obj.rid]
         out = []
         for i, ids in enumerate(prompts):
             sp = obj.params_at(i)
@@ -188,13 +189,16 @@ class TokenizerManager:
                                                      lora_path=obj.lora_path))
         return out
 
-    def assign_rids(self, obj: GenerateReqInput) -> List[str]:
-        """One rid per prompt, made here when the client gave none; ``obj.rid`` is
-        set too, so the OpenAI routes can use it as the completion id."""
+    def assign_rids(self, obj: GenerateReqInput) -> str:
+        """Give ``obj`` one rid per prompt when the client gave none, and return the
+        id of the whole request (a completion's id): its rid, or for a batch the
+        prefix of the rids made here (``/abort_request`` on it aborts them all),
+        or the first of the client's."""
         if obj.rid is None:
             base = self.new_rid()
             obj.rid = [f"{base}-{i}" for i in range(obj.batch_size)] if obj.is_batch else base
-        return obj.rid if isinstance(obj.rid, list) else [obj.rid]
+            return base
+        return obj.rid[0] if isinstance(obj.rid, list) else obj.rid
 
     def generate_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> Iterator[ReqState]:
         """Yield each request's state as it changes (every step when streaming,

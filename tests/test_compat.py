@@ -198,8 +198,8 @@ def test_probe_routes_and_put(srv):
 def test_abort_by_completion_id_and_abort_all(server_factory):
     slow = server_factory("--engine-step-delay", "0.05")
     conn = slow.conn()
-    conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "slow " * 50, "max_tokens": 200,
-                                                              "stream": True, "n": 2}),
+    conn.request("POST", "/v1/completions", body=json.dumps({"prompt": ["slow " * 50, "slower " * 50],
+                                                              "max_tokens": 200, "stream": True, "n": 2}),
                  headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     events = parse_sse(resp)
@@ -208,7 +208,7 @@ def test_abort_by_completion_id_and_abort_all(server_factory):
     assert status == 200 and body["aborted"] is True
     rest = [e for e in events if e != "[DONE]"]
     reasons = [c["finish_reason"] for e in [first] + rest for c in e["choices"] if c["finish_reason"]]
-    assert reasons == ["abort", "abort"]
+    assert reasons == ["abort"] * 4  # two prompts, two choices each
     results = []
     t = threading.Thread(target=lambda: results.append(slow.post("/generate", {
         "text": ["x y", "z w"], "sampling_params": {"max_new_tokens": 500}})))
