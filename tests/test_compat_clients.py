@@ -23,7 +23,7 @@ from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 if importlib.util.find_spec("sglang") is None:
     pytest.skip("sglang is not installed (its clients are what is under test)", allow_module_level=True)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 PROMPTS, INPUT_LEN, OUTPUT_LEN = 8, 32, 16
 OFFLINE = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
