@@ -192,6 +192,13 @@ def is_default(value: Any, default: Any) -> bool:
     return value is None or value is False or value == default or value in ("", [], {})
 
 
+def _unknown(key: str, strict: bool, prefix: str) -> None:
+    where = f" in {prefix.rstrip('.')}" if prefix else ""
+    if strict:
+        raise v.bad(f"unknown field {v.show(key)}{where}", prefix + key)
+    _log_once("unknown", key, where)
+
+
 def read(body: Dict[str, Any], api: str, strict: bool, prefix: str = "") -> Dict[str, Any]:
     """The fields of ``body`` mtok acts on, checked, by canonical name.
 
@@ -203,24 +210,21 @@ def read(body: Dict[str, Any], api: str, strict: bool, prefix: str = "") -> Dict
     out: Dict[str, Any] = {}
     for key, value in body.items():
         f = table.get(key)
-        param = prefix + key
         if f is None:
-            if strict:
-                raise v.bad(f"unknown field {v.show(key)}{' in ' + prefix.rstrip('.') if prefix else ''}", param)
-            _log_once("unknown", key, f" in {prefix.rstrip('.')}" if prefix else "")
+            _unknown(key, strict, prefix)
             continue
-        if f.action == IGNORED:
+        action = f.action
+        if action is USED or action is FORWARDED:
+            if value is None:
+                continue
+            if f.name in out:
+                names = (f.name,) + f.aliases
+                raise v.bad(f"give only one of {', '.join(repr(prefix + n) for n in names)}", prefix + key)
+            out[f.name] = value if f.check is None else f.check(value, prefix + key)
+        elif action is IGNORED:
             _log_once("ignored", key, "")
-            continue
-        if f.action == REFUSED:
-            if not is_default(value, f.default):
-                raise v.bad(f"'{param}' is not supported here: {f.why}", param)
-            continue
-        if value is None:
-            continue
-        if f.name in out:
-            raise v.bad(f"give only one of {', '.join(repr(prefix + n) for n in (f.name,) + f.aliases)}", param)
-        out[f.name] = f.check(value, param) if f.check is not None else value
+        elif not is_default(value, f.default):
+            raise v.bad(f"'{prefix + key}' is not supported here: {f.why}", prefix + key)
     return out
 
 

@@ -70,7 +70,7 @@ def parse_json(raw: bytes) -> Any:
         raise bad("request body is nested too deeply") from None
     except ValueError as e:
         raise bad(f"request body is not valid JSON: {e}") from None
-    if ("\\ud" in text or "\\uD" in text) and _SURROGATE_ESCAPE.search(text):  # rare: only then walk
+    if _SURROGATE_ESCAPE.search(text):  # rare: only then walk the value (~1 us per 2 KB otherwise)
         check_text(value)
     return value
 
