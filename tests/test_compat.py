@@ -150,6 +150,8 @@ def test_openai_completions_logprobs_echo_and_n(srv):
         assert sum(len(c.logprobs.tokens) for c in mine if c.logprobs) == len(ids)
         assert mine[-1].finish_reason == "length"
     assert resp.id and srv.post("/v1/completions", {"prompt": "x", "max_tokens": 1, "suffix": "y"})[0] == 400
+    zero = client.completions.create(model="m", prompt=prompt, max_tokens=2, logprobs=0).choices[0].logprobs
+    assert zero.top_logprobs == [{t: x} for t, x in zip(zero.tokens, zero.token_logprobs)]  # the sampled token
 
 
 def test_openai_chat_logprobs_and_n(srv):
