@@ -211,7 +211,8 @@ class Scheduler(LogprobSteps):
 
     def rpc_flush_cache(self) -> Dict[str, Any]:
         """Every engine that has a cache drops it; one without the capability is an error."""
-        lacking = [name for name, rt in self.models.items() if "flush_cache" not in rt.engine.capabilities]
+        lacking = [name for name, rt in self.models.items()
+                   if "flush_cache" not in getattr(rt.engine, "capabilities", ())]
         if lacking:
             raise LookupError(f"the engine of {', '.join(map(repr, lacking))} has no 'flush_cache' capability")
         for rt in self.models.values():

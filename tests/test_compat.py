@@ -293,3 +293,16 @@ def test_odd_bytes_in_query_and_headers_are_not_500s(srv):
     assert resp.status in (200, 400, 404), resp.read()
     resp.read()
     assert srv.post("/generate", {"text": "still here"})[0] == 200
+
+
+def test_an_engine_without_capabilities_refuses_clearly(server_factory):
+    srv = server_factory("--engine", os.path.join(ROOT, "examples", "custom_engine.py") + ":BigramEngine")
+    status, _, resp = srv.request("POST", "/flush_cache", b"")
+    assert status == 400 and "flush_cache" in resp["error"]["message"], resp
+    for body, param in (({"return_logprob": True}, "return_logprob"),
+                        ({"sampling_params": {"max_new_tokens": 0}}, "max_new_tokens"),
+                        ({"sampling_params": {"n": 2}}, "n")):
+        status, resp = srv.post("/generate", dict(body, text="the cat"))
+        assert status == 400 and resp["error"]["param"] == param, resp
+        assert "BigramEngine" in resp["error"]["message"]
+    assert srv.post("/generate", {"text": "the cat", "sampling_params": {"max_new_tokens": 2}})[0] == 200
