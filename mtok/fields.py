@@ -72,7 +72,7 @@ TABLE: Tuple[Field, ...] = (
     Field("prompt", _where(CMPL), USED), Field("messages", _where(CHAT), USED),
     Field("input", _where(EMB), USED),
     Field("sampling_params", _where(GEN), USED), Field("stream", _where(GEN, OAI), USED, v.as_bool, False),
-    Field("stream_options", _where(OAI), USED), Field("rid", _where(GEN, ENC, OAI), USED),
+    Field("stream_options", _where(OAI), USED), Field("rid", _where(GEN, OAI), USED),
     Field("model", _where(GEN, ENC, OAI, EMB), USED, v.as_str),
     Field("encoding_format", _where(EMB), USED, v.as_str, "float"),
     Field("dimensions", _where(ENC, EMB), USED, lambda x, n: v.as_int(x, n, 1)),
@@ -154,7 +154,7 @@ TABLE: Tuple[Field, ...] = (
           why="prompts are always tokenized with the tokenizer's special tokens"),
     Field("embed_dtype", _where(EMB), REFUSED, default="float32", why="embeddings are float32"),
     Field("endianness", _where(EMB), REFUSED, default="native", why="embeddings are sent in native byte order"),
-    Field("rid", _where(EMB), IGNORED), Field("sampling_params", _where(ENC), IGNORED),
+    Field("rid", _where(ENC, EMB), IGNORED), Field("sampling_params", _where(ENC), IGNORED),
     # -- meaningless here: routing, tracing, accounting, caching hints ----------------------------
     *_rows(IGNORED, [GEN, SP, ENC, OAI, EMB], "routed_dp_rank data_parallel_rank disagg_prefill_dp_rank "
            "bootstrap_host bootstrap_port bootstrap_room bootstrap_pair_key decode_tp_size priority log_metrics "

@@ -306,3 +306,11 @@ def test_an_engine_without_capabilities_refuses_clearly(server_factory):
         assert status == 400 and resp["error"]["param"] == param, resp
         assert "BigramEngine" in resp["error"]["message"]
     assert srv.post("/generate", {"text": "the cat", "sampling_params": {"max_new_tokens": 2}})[0] == 200
+
+
+def test_client_rids_on_openai_routes(srv):
+    status, resp = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 1, "rid": "my-cmpl-1"})
+    assert status == 200 and resp["id"] == "my-cmpl-1"
+    status, resp = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1,
+                                                     "rid": "my-chat-1"})
+    assert status == 200 and resp["id"] == "chatcmpl-my-chat-1"
