@@ -11,7 +11,7 @@ OpenAI chat (``content[].{token, logprob, bytes, top_logprobs}``).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from .io_struct import LOGPROB_KEYS
 

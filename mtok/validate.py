@@ -187,12 +187,6 @@ def get_int(body: Dict[str, Any], key: str, default: Optional[int], lo: Optional
     return default if v is None else as_int(v, param or key, lo, hi)
 
 
-def get_float(body: Dict[str, Any], key: str, default: float, lo: Optional[float] = None,
-              hi: Optional[float] = None, param: Optional[str] = None) -> float:
-    v = body.get(key)
-    return default if v is None else as_float(v, param or key, lo, hi)
-
-
 def get_str(body: Dict[str, Any], key: str, default: Optional[str] = None, param: Optional[str] = None) -> Optional[str]:
     v = body.get(key)
     return default if v is None else as_str(v, param or key)
