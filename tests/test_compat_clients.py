@@ -94,3 +94,13 @@ def test_frontend_language_gen_and_select(srv, tmp_path):
     # its tokens' logprobs (-ln 2 each with the echo engine) and picks the best.
     assert got["echoed"] == "Is the sky blue"
     assert got["choice"] in ("yes", "no", "maybe") and len(got["scores"]) == 3
+
+
+def test_bench_serving_lora_name_is_a_clear_refusal(srv, tmp_path):
+    """The echo engine has no adapters: --lora-name fails at warm-up with a 400 naming lora_path."""
+    cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--lora-name", "my-adapter",
+           "--base-url", f"http://{srv.host}:{srv.port}", "--dataset-name", "random-ids", "--random-input-len", "8",
+           "--random-output-len", "4", "--num-prompts", "2", "--tokenizer", DEFAULT_TOKENIZER_DIR, "--disable-tqdm"]
+    proc = subprocess.run(cmd, cwd=str(tmp_path), env=OFFLINE, capture_output=True, text=True, timeout=150)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "lora_path" in out and "capability" in out, out[-3000:]
