@@ -76,4 +76,3 @@ def chat_content(got: Dict[str, list], start: int = 0) -> List[Dict[str, Any]]:
                     "top_logprobs": [{"token": t or "", "logprob": x, "bytes": list((t or "").encode())}
                                      for x, _, t in (top or ())]})
     return out
-
