@@ -54,11 +54,13 @@ class ExpressionCompiler:
         return f"ga({self.expr(node.node, frame)}, {node.attr!r})"
 
     def expr_getitem(self, node: Any, frame: Any) -> str:
+        if node.arg.kind == "slice":  # jinja2 slices with Python's own subscript: None[1:] is an error
+            return f"{self.expr(node.node, frame)}[{self.expr(node.arg, frame)}]"
         return f"gi({self.expr(node.node, frame)}, {self.expr(node.arg, frame)})"
 
     def expr_slice(self, node: Any, frame: Any) -> str:
         parts = [self.expr(p, frame) if p is not None else "None" for p in (node.start, node.stop, node.step)]
-        return f"slice({', '.join(parts)})"
+        return f"slice({', '.join(parts)})"  # inside a subscript, Python reads this as the slice
 
     def _args(self, node: Any, frame: Any, extra: List[str] = ()) -> str:
         parts = [self.expr(a, frame) for a in node.args]
