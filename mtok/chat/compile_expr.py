@@ -54,7 +54,9 @@ class ExpressionCompiler:
         return f"ga({self.expr(node.node, frame)}, {node.attr!r})"
 
     def expr_getitem(self, node: Any, frame: Any) -> str:
-        if node.arg.kind == "slice":  # jinja2 slices with Python's own subscript: None[1:] is an error
+        if node.arg.kind == "slice" and not _constant(node):
+            # jinja2 slices with Python's own subscript (None[1:] is an error), except where it
+            # folds a constant expression at compile time, through the sandbox's getitem
             return f"{self.expr(node.node, frame)}[{self.expr(node.arg, frame)}]"
         return f"gi({self.expr(node.node, frame)}, {self.expr(node.arg, frame)})"
 
@@ -142,6 +144,12 @@ class ExpressionCompiler:
     def expr_dict(self, node: Any, frame: Any) -> str:
         items = [f"{self.expr(k, frame)}: {self.expr(v, frame)}" for k, v in node.items]
         return "{" + ", ".join(items) + "}"
+
+
+def _constant(node: Any) -> bool:
+    """Whether jinja2 would fold this getitem-with-slice at compile time (all parts literals)."""
+    parts = [node.node] + [p for p in (node.arg.start, node.arg.stop, node.arg.step) if p is not None]
+    return all(p.kind == "const" for p in parts)
 
 
 def _cond_undefined() -> Any:
