@@ -100,6 +100,59 @@ ERRORS = [
     "{{ 2 ** 100000 }}", "{{ 'x' * 10**8 }}",
 ]
 
+# Scoping (set in loops, ifs, macros, with, blocks), macro arguments, caller, and filter corner cases;
+# rendered without a context.  Some raise in jinja2: then both must.
+SCOPING = [
+ "{% macro m() %}{{ late }}{% endmacro %}{% set late = 'L' %}{{ m() }}",
+ "{% set late = 'E' %}{% macro m() %}{{ late }}{% endmacro %}{% set late = 'L' %}{{ m() }}",
+ "{% macro m() %}{{ x }}{% set x = 2 %}{{ x }}{% endmacro %}{% set x = 1 %}{{ m() }}{{ x }}",
+ "{% for i in [1,2] %}{% macro m() %}{{ i }}{% endmacro %}{{ m() }}{% endfor %}",
+ "{% if true %}{% set y = 1 %}{% else %}{% set y = 2 %}{% endif %}{{ y }}",
+ "{{ y }}{% if false %}{% set y = 1 %}{% endif %}{{ y }}",
+ "{% for i in [1] %}{% if false %}{% set y = 1 %}{% endif %}{{ y }}{% endfor %}",
+ "{% set y = 0 %}{% for i in [1] %}{% if false %}{% set y = 1 %}{% endif %}{{ y }}{% endfor %}",
+ "{% for i in [1,2] %}{% for j in [3] %}{% set i = j %}{{ i }}{% endfor %}{{ i }}{% endfor %}",
+ "{% with a = 1 %}{% set b = a + 1 %}{{ b }}{% endwith %}{{ b }}{{ a }}",
+ "{% set x = 1 %}{% with x = x + 1 %}{{ x }}{% endwith %}{{ x }}",
+ "{% macro m(a, b=a) %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}{{ m(1, 2) }}{{ m(b=3, a=4) }}",
+ "{% macro m() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, x=3) }}",
+ "{% macro m(a) %}{{ caller is defined }}{% endmacro %}{{ m(1) }}",
+ "{% macro m() %}{{ caller() if caller is defined else 'nc' }}{% endmacro %}{{ m() }}{% call m() %}C{% endcall %}",
+ "{% set x %}{% set inner = 1 %}{{ inner }}{% endset %}{{ x }}{{ inner }}",
+ "{% for x in [1,2,3] if x > 1 %}{{ x }}{{ loop.index }}/{{ loop.length }}{% endfor %}",
+ "{% for x in [1,2,3] %}{% set x = x * 10 %}{{ x }}{% endfor %}",
+ "{% set loop = 5 %}{% for x in [1] %}{{ loop.index }}{% endfor %}{{ loop }}",
+ "{% for x in [1,2] %}{{ loop.changed(x) }}{{ loop.changed(1) }}{% endfor %}",
+ "{% for x in [] %}{% else %}{{ x }}{% set z = 1 %}{% endfor %}{{ z }}",
+ "{% for x in [1] %}{% endfor %}{{ x }}",
+ "{% set a, b = [1, 2] %}{{ a }}{{ b }}{% set (c, d) = 'xy' %}{{ c }}{{ d }}",
+ "{{ foo(1) if foo is defined else 'nf' }}",
+ "{% filter upper %}{% set q = 1 %}{{ q }}a{% endfilter %}{{ q }}",
+ "{% set items = [1,2] %}{% for i in items %}{{ i }}{% endfor %}{{ items|length }}",
+ "{{ x }}{% set x = 5 %}{{ x }}",
+ "{% for m in [1,2] %}{{ x }}{% set x = m %}{{ x }}{% endfor %}{{ x }}",
+ "{% macro a() %}A{{ b() }}{% endmacro %}{% macro b() %}B{% endmacro %}{{ a() }}",
+ "{% set ns = namespace(a=1) %}{% macro inc() %}{% set ns.a = ns.a + 1 %}{% endmacro %}{{ inc() }}{{ inc() }}{{ ns.a }}",
+ "{{ dict(a=1, b=2)|dictsort }}{{ dict.fromkeys(['a'], 0) }}{{ namespace(dict(a=1), b=2) }}",
+ "{% macro m(x) %}{{ x }}{% endmacro %}{{ m(1, 2) }}",
+ "{{ m }}{% macro m() %}{% endmacro %}",
+ "{% set f = 'abc'.upper %}{{ f() }}",
+ "{{ 'a' if false }}|{{ ('a' if false) is defined }}",
+ "{{ [1,2,3]|map('int')|list }}{{ ['a','b']|map('upper')|join }}{{ [1,None]|select('none')|list }}",
+ "{{ ''|first }}{{ 'abc'|first }}{{ 'abc'|last }}{{ {'a':1}|first }}{{ {'b':1,'a':2}|last }}",
+ "{{ 3.0|int }}{{ '0x1A'|int(0, 16) }}{{ '0b11'|int(base=2) }}{{ '1e3'|int }}{{ True|int }}",
+ "{{ 1|float }}{{ 'nan'|float }}{{ 'inf'|float }}{{ none|float }}",
+ "{{ 2.5|round }}{{ 3.5|round }}{{ -2.5|round }}{{ 2.675|round(2) }}{{ 5|round }}{{ 5|round(1, 'ceil') }}",
+ "{{ 'abc'|center(2) }}{{ 'a'|center(4) }}|",
+ "{{ [[1,2],[3]]|sum(start=[]) }}{{ [1.5, 2]|sum }}",
+ "{{ {'a': 1, 'B': 2, 'c': 0}|dictsort(true) }}{{ {'a': 1, 'B': 2}|dictsort }}",
+ "{{ ['b', 'A', 'a']|unique|list }}{{ ['b', 'A', 'a']|unique(true)|list }}{{ ['B','a']|min }}{{ ['B','a']|max(case_sensitive=true) }}",
+ "{{ 'Hello World foo'|truncate(12) }}|{{ 'Hello World foo'|truncate(12, leeway=0) }}|{{ 'Hello'|truncate(3, end='') }}",
+ "{{ 'one two'|wordwrap(4) }}|{{ 'a-b c'|title }}|{{ \"o'neil mc(donald)\"|title }}",
+ "{{ 'x'|indent(first=true) }}|{{ ''|indent }}|{{ 'a\n'|indent }}|{{ 'a\r\nb'|indent(1) }}",
+]
+
+
 # Reaching internals gives an undefined (printed as '') or an error, never the internal.
 SANDBOX = [
     "{{ s.__class__ }}", "{{ s.format.__globals__ }}", "{{ '{0.__class__}'.format(s) }}", "{{ l.__len__ }}",
@@ -147,6 +200,19 @@ def test_construct_renders_as_jinja2_does(src):
 def test_error_where_jinja2_raises(src):
     assert render(src, "jinja2") == ("error",), "jinja2 was expected to raise"
     assert render(src, "python") == ("error",)
+
+
+@pytest.mark.parametrize("src", SCOPING)
+def test_scoping_and_corner_cases_as_jinja2(src):
+    try:
+        expected = ChatTemplate(src, backend="jinja2").render()
+    except TemplateError:
+        expected = ("error",)
+    try:
+        got = ChatTemplate(src, backend="python").render()
+    except TemplateError:
+        got = ("error",)
+    assert got == expected
 
 
 @pytest.mark.parametrize("src", SANDBOX)
