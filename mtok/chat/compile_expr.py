@@ -16,6 +16,7 @@ from typing import Any, List
 from .errors import TemplateError
 from .filters import FILTERS
 from .predicates import TESTS
+from .symbols import expr_children
 
 _PLAIN_BINOPS = {"-": "-", "/": "/", "//": "//", "%": "%"}
 _GUARDED_BINOPS = {"+": "add", "*": "mul", "**": "pow_"}
@@ -146,10 +147,31 @@ class ExpressionCompiler:
         return "{" + ", ".join(items) + "}"
 
 
+_CONTEXT_FILTERS = frozenset(["map", "select", "reject", "selectattr", "rejectattr"])
+
+
 def _constant(node: Any) -> bool:
-    """Whether jinja2 would fold this getitem-with-slice at compile time (all parts literals)."""
+    """Whether jinja2 folds this getitem-with-slice at compile time (its operands are all constants)."""
     parts = [node.node] + [p for p in (node.arg.start, node.arg.stop, node.arg.step) if p is not None]
-    return all(p.kind == "const" for p in parts)
+    return all(_foldable(p) for p in parts)
+
+
+def _foldable(node: Any) -> bool:
+    """jinja2's ``as_const`` succeeds on ``node`` (as far as its value does not matter)."""
+    kind = node.kind
+    if kind == "const":
+        return True
+    if kind in ("name", "call", "nsref"):
+        return False
+    if kind == "cond" and node.other is None:  # folds only when the test is known to be true
+        return node.test.kind == "const" and bool(node.test.value) and _foldable(node.then)
+    if kind in ("filter", "test"):
+        table = FILTERS if kind == "filter" else TESTS
+        if node.name not in table or node.name in _CONTEXT_FILTERS or node.dyn_args or node.dyn_kwargs:
+            return False
+        if node.node is None:
+            return False
+    return all(_foldable(child) for child in expr_children(node))
 
 
 def _cond_undefined() -> Any:

@@ -11,14 +11,13 @@ the template line where the failure happened when it can be known.
 from __future__ import annotations
 
 import datetime
-import sys
 from itertools import islice
 from typing import Any, Callable, Dict, List
 
 from . import sandbox
 from .compiler import generate
 from .errors import TemplateError
-from .limits import MAX_RANGE, Limits
+from .limits import Budget, Limits
 from .parser import parse
 from .runtime import MISSING, Cycler, Joiner, LoopContext, Macro, Namespace, check_namespace_key, undefined_name
 
@@ -61,23 +60,21 @@ BASE_NAMESPACE: Dict[str, Any] = {
 }
 
 
-class Runtime:
-    """What one render has spent: loop steps, output checked so far, macro depth."""
+class Runtime(Budget):
+    """One render's budget (:class:`~mtok.chat.limits.Budget`), plus the output checked so far and macro depth."""
 
-    __slots__ = ("limits", "steps", "depth", "buf", "mark", "size")
+    __slots__ = ("depth", "buf", "mark", "size")
 
     def __init__(self, limits: Limits):
-        self.limits = limits
-        self.steps = 0
+        super().__init__(limits)
         self.depth = 0
         self.buf: List[str] = []
         self.mark = 0
         self.size = 0
 
     def tick(self, buf: List[str]) -> None:
-        self.steps += 1
-        if self.steps > self.limits.max_steps:
-            raise TemplateError(f"the template ran more than {self.limits.max_steps} loop steps", "limit")
+        """One loop iteration: a step, and the output that ``buf`` gained since the last tick."""
+        self.spend()
         if buf is not self.buf:
             self.buf, self.mark, self.size = buf, 0, 0
         n = len(buf)
@@ -85,22 +82,13 @@ class Runtime:
             self.size += sum(map(len, islice(buf, self.mark, n)))
             self.mark = n
             if self.size > self.limits.max_output:
-                self.too_long()
-
-    def too_long(self) -> None:
-        raise TemplateError(f"the template rendered more than {self.limits.max_output} characters", "limit")
+                self.output_exceeded()
 
     def join(self, buf: List[str]) -> str:
         rv = "".join(buf)
         if len(rv) > self.limits.max_output:
-            self.too_long()
+            self.output_exceeded()
         return rv
-
-    def range(self, *args: int) -> range:
-        rng = range(*args)
-        if len(rng) > MAX_RANGE:
-            raise TemplateError(f"range too big: {len(rng)} items, at most {MAX_RANGE}", "security")
-        return rng
 
 
 class CompiledTemplate:
@@ -158,4 +146,4 @@ def compile_template(source: str, limits: Limits) -> CompiledTemplate:
         raise TemplateError(f"the template cannot be compiled: {exc.msg}", "syntax") from None
 
 
-__all__ = ["CompiledTemplate", "GLOBALS", "compile_template", "sys"]
+__all__ = ["CompiledTemplate", "GLOBALS", "compile_template"]

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from .errors import TemplateError
 from .predicates import TESTS
 from .runtime import Undefined
-from .sandbox import getattr_, getitem, is_safe_attribute, unsafe_attr
+from .sandbox import getitem, is_safe_attribute, unsafe_attr
 
 _WORD_START = re.compile(r"([-\s({\[<]+)")
 _WORD = re.compile(r"\w+")
@@ -384,5 +384,3 @@ FILTERS: Dict[str, Callable] = {
     "upper": lambda s: _text(s).upper(), "wordcount": lambda s: len(_WORD.findall(_text(s))),
     "wordwrap": do_wordwrap,
 }
-
-__all__ = ["FILTERS", "attrgetter", "getattr_"]

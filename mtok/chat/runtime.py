@@ -11,7 +11,7 @@ prints as nothing, is false, iterates as empty and has length 0, and any other u
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Iterator, List
 
 from .errors import TemplateError
 
@@ -259,11 +259,3 @@ class Joiner:
             self.used = True
             return ""
         return self.sep
-
-
-def make_dict(*args: Any, **kwargs: Any) -> Dict[Any, Any]:
-    return dict(*args, **kwargs)
-
-
-def optional_undefined(value: Optional[Any]) -> Any:
-    return Undefined() if value is None else value
