@@ -73,12 +73,14 @@ class Runtime(Budget):
         self.size = 0
 
     def tick(self, buf: List[str]) -> None:
-        """One loop iteration: a step, and the output that ``buf`` gained since the last tick."""
-        self.spend()
-        if buf is not self.buf:
-            self.buf, self.mark, self.size = buf, 0, 0
+        """One loop iteration: a step; and, every 32 new pieces of ``buf``, the size of its output."""
+        self.steps += 1
+        if self.steps > self.limits.max_steps:
+            self.spend(0)
         n = len(buf)
-        if n > self.mark:
+        if n - self.mark >= 32 or buf is not self.buf:
+            if buf is not self.buf:
+                self.buf, self.mark, self.size = buf, 0, 0
             self.size += sum(map(len, islice(buf, self.mark, n)))
             self.mark = n
             if self.size > self.limits.max_output:

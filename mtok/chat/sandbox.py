@@ -47,7 +47,20 @@ _RUNNER_ATTRS = frozenset(["gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "c
 
 
 def is_safe_attribute(obj: Any, attr: str) -> bool:
-    """jinja2's ``ImmutableSandboxedEnvironment.is_safe_attribute``."""
+    """jinja2's ``ImmutableSandboxedEnvironment.is_safe_attribute`` (it depends on the type only)."""
+    key = (type(obj), attr)
+    safe = _SAFE.get(key)
+    if safe is None:
+        if len(_SAFE) > 4096:  # names can come from data (``x|attr(name)``): keep the cache bounded
+            _SAFE.clear()
+        safe = _SAFE[key] = _is_safe_attribute(obj, attr)
+    return safe
+
+
+_SAFE: dict = {}
+
+
+def _is_safe_attribute(obj: Any, attr: str) -> bool:
     if attr.startswith("_") or attr in _RUNNER_ATTRS or isinstance(obj, _FRAME_TYPES):
         return False
     if attr == "mro" and isinstance(obj, type):
