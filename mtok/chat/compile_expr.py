@@ -11,12 +11,22 @@ where (as in jinja2) it fails only when evaluated.
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Dict, List
 
+from . import sandbox
 from .errors import TemplateError
 from .filters import FILTERS
 from .predicates import TESTS
+from .runtime import MISSING, LoopContext, Macro, Undefined
 from .symbols import expr_children
+
+# What generated code sees besides its own bindings (filters, tests, constants).
+BASE_NAMESPACE: Dict[str, Any] = {
+    "ga": sandbox.getattr_, "gi": sandbox.getitem, "call": sandbox.call, "add": sandbox.add, "mul": sandbox.mul,
+    "pow_": sandbox.pow_, "concat": sandbox.concat, "s": str, "setns": sandbox.setns, "LoopContext": LoopContext,
+    "Macro": Macro, "MISSING": MISSING, "__builtins__": {"list": list, "slice": slice, "str": str},
+}
+_NOT_FOLDED = object()
 
 _PLAIN_BINOPS = {"-": "-", "/": "/", "//": "//", "%": "%"}
 _GUARDED_BINOPS = {"+": "add", "*": "mul", "**": "pow_"}
@@ -39,8 +49,30 @@ class ExpressionCompiler:
         self.namespace[name] = value
         return name
 
+    folding = False
+
     def expr(self, node: Any, frame: Any) -> str:
+        if not self.folding and node.kind != "const" and _folds_a_slice(node):
+            value = self.fold(node, frame)
+            if value is not _NOT_FOLDED and _has_safe_repr(value):
+                return self.const_name(value)
         return getattr(self, "expr_" + node.kind)(node, frame)
+
+    def fold(self, node: Any, frame: Any) -> Any:
+        """The value jinja2's optimizer computes for a constant expression, or _NOT_FOLDED.
+
+        Folding matters only where a constant is sliced: jinja2 folds that through the
+        sandbox's getitem (a failure is an undefined), but slices at run time with Python's
+        own subscript (a failure is an error)."""
+        self.folding = True
+        try:
+            code = getattr(self, "expr_" + node.kind)(node, frame)
+        finally:
+            self.folding = False
+        try:
+            return eval(code, {**self.namespace, **BASE_NAMESPACE})  # only constants and mtok's functions
+        except Exception:
+            return _NOT_FOLDED
 
     def expr_const(self, node: Any, frame: Any) -> str:
         value = node.value
@@ -55,9 +87,8 @@ class ExpressionCompiler:
         return f"ga({self.expr(node.node, frame)}, {node.attr!r})"
 
     def expr_getitem(self, node: Any, frame: Any) -> str:
-        if node.arg.kind == "slice" and not _constant(node):
-            # jinja2 slices with Python's own subscript (None[1:] is an error), except where it
-            # folds a constant expression at compile time, through the sandbox's getitem
+        if node.arg.kind == "slice" and not self.folding:
+            # jinja2 slices with Python's own subscript at run time (None[1:] is an error)
             return f"{self.expr(node.node, frame)}[{self.expr(node.arg, frame)}]"
         return f"gi({self.expr(node.node, frame)}, {self.expr(node.arg, frame)})"
 
@@ -150,10 +181,26 @@ class ExpressionCompiler:
 _CONTEXT_FILTERS = frozenset(["map", "select", "reject", "selectattr", "rejectattr"])
 
 
-def _constant(node: Any) -> bool:
-    """Whether jinja2 folds this getitem-with-slice at compile time (its operands are all constants)."""
-    parts = [node.node] + [p for p in (node.arg.start, node.arg.stop, node.arg.step) if p is not None]
-    return all(_foldable(p) for p in parts)
+def _folds_a_slice(node: Any) -> bool:
+    """A constant expression (jinja2 folds it) with a slice inside (where folding changes the result)."""
+    return _foldable(node) and _has_slice(node)
+
+
+def _has_slice(node: Any) -> bool:
+    if node.kind == "getitem" and node.arg.kind == "slice":
+        return True
+    return any(_has_slice(child) for child in expr_children(node))
+
+
+def _has_safe_repr(value: Any) -> bool:
+    """Whether jinja2 can put the folded value in its generated code (else it evaluates at run time)."""
+    if value is None or type(value) in (bool, int, float, complex, range, str):
+        return True
+    if type(value) in (tuple, list, set, frozenset):
+        return all(_has_safe_repr(v) for v in value)
+    if type(value) is dict:
+        return all(_has_safe_repr(k) and _has_safe_repr(v) for k, v in value.items())
+    return False
 
 
 def _foldable(node: Any) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from .compile_expr import ExpressionCompiler
+from .compile_expr import _NOT_FOLDED, ExpressionCompiler, _folds_a_slice
 from .errors import TemplateError
 from .symbols import FrameVisitor, Symbols, names_used
 
@@ -119,8 +119,11 @@ class Compiler(ExpressionCompiler):
     # -- statements -----------------------------------------------------------------
     def stmt_output(self, node: Any, frame: Frame) -> None:
         for item in node.nodes:
-            if item.kind == "const":
-                self.line(f"w_{frame.buffer}({str(item.value)!r})")
+            value = item.value if item.kind == "const" else _NOT_FOLDED
+            if value is _NOT_FOLDED and _folds_a_slice(item):
+                value = self.fold(item, frame)  # printed as folded, even where it cannot be a constant
+            if value is not _NOT_FOLDED:
+                self.line(f"w_{frame.buffer}({str(value)!r})")
             else:
                 self.line(f"w_{frame.buffer}(s({self.expr(item, frame)}))")
 

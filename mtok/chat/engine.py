@@ -11,15 +11,16 @@ the template line where the failure happened when it can be known.
 from __future__ import annotations
 
 import datetime
+import warnings
 from itertools import islice
 from typing import Any, Callable, Dict, List
 
-from . import sandbox
+from .compile_expr import BASE_NAMESPACE
 from .compiler import generate
 from .errors import TemplateError
 from .limits import Budget, Limits
 from .parser import parse
-from .runtime import MISSING, Cycler, Joiner, LoopContext, Macro, Namespace, check_namespace_key, undefined_name
+from .runtime import Cycler, Joiner, Namespace, undefined_name
 
 
 def raise_exception(message: Any) -> None:
@@ -43,20 +44,6 @@ class _TemplateDict:
 GLOBALS: Dict[str, Any] = {
     "dict": _TemplateDict(), "namespace": Namespace, "cycler": Cycler, "joiner": Joiner,
     "raise_exception": raise_exception, "strftime_now": strftime_now,
-}
-
-
-def _setns(ns: Any, attr: str, value: Any) -> None:
-    if type(ns) is not Namespace:
-        raise TemplateError("cannot assign attribute on non-namespace object", "type")
-    check_namespace_key(attr)
-    ns.attrs[attr] = value
-
-
-BASE_NAMESPACE: Dict[str, Any] = {
-    "ga": sandbox.getattr_, "gi": sandbox.getitem, "call": sandbox.call, "add": sandbox.add, "mul": sandbox.mul,
-    "pow_": sandbox.pow_, "concat": sandbox.concat, "s": str, "setns": _setns, "LoopContext": LoopContext,
-    "Macro": Macro, "MISSING": MISSING, "__builtins__": {"list": list, "slice": slice, "str": str},
 }
 
 
@@ -102,7 +89,9 @@ class CompiledTemplate:
         self.limits = limits
         body = parse(source)
         self.python_source, self.line_map, namespace = generate(body)
-        code = compile(self.python_source, "<chat template>", "exec")
+        with warnings.catch_warnings():  # Python warns on literal subscripts such as None[1:]; jinja2 errs at run time
+            warnings.simplefilter("ignore", SyntaxWarning)
+            code = compile(self.python_source, "<chat template>", "exec")
         namespace.update(BASE_NAMESPACE)
         exec(code, namespace)
         self._root: Callable[..., List[str]] = namespace["root"]

@@ -30,7 +30,7 @@ from _string import formatter_field_name_split  # the stdlib's own parser of "a.
 
 from .errors import TemplateError
 from .limits import MAX_OUTPUT
-from .runtime import Macro, Namespace, Undefined, undefined_attr, unsafe_attr
+from .runtime import Macro, Namespace, Undefined, check_namespace_key, undefined_attr, unsafe_attr
 
 _MUTATORS: Tuple[Tuple[Any, frozenset], ...] = (
     (abc.MutableSet, frozenset(["add", "clear", "difference_update", "discard", "pop", "remove",
@@ -174,6 +174,14 @@ def concat(*parts: Any) -> str:
     if len(rv) > MAX_OUTPUT:
         raise _too_big(len(rv))
     return rv
+
+
+def setns(ns: Any, attr: str, value: Any) -> None:
+    """``{% set ns.attr = value %}``: only a namespace takes assignments."""
+    if type(ns) is not Namespace:
+        raise TemplateError("cannot assign attribute on non-namespace object", "type")
+    check_namespace_key(attr)
+    ns.attrs[attr] = value
 
 
 def call(obj: Any, *args: Any, **kwargs: Any) -> Any:
