@@ -67,6 +67,12 @@ def test_limits_on_steps_recursion_and_sizes():
     assert error_of("{{ 'x' * 10**8 }}").kind == "limit"
     assert error_of("{{ 2 ** 100000 }}").kind == "limit"
     assert error_of("{{ range(10**6)|length }}").kind == "security"
+    for src in ("{{ '%999999999d' % 1 }}", "{{ 'x'.ljust(10**9) }}", "{{ 'x'|center(10**9) }}", "{{ 'a'|indent(10**9) }}",
+                "{{ ('x' * 4000000).replace('x', 'yy') }}", "{{ ('x' * 4000000)|replace('x', 'yy') }}",
+                "{{ '{:999999999}'.format(1) }}", "{{ '%.999999999f'|format(1.5) }}"):
+        assert error_of(src).kind == "limit", src
+    assert ChatTemplate("{{ '%5.1f|%-3s|' % (2.25, 'x') }}{{ '{:>4}'.format(7) }}", backend="python").render() == \
+        "  2.2|x  |   7"
     deep = "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{{ n }}{% endmacro %}{{ f(50) }}"
     assert ChatTemplate(deep, backend="python").render().startswith("012")
 

@@ -23,13 +23,13 @@ from .symbols import expr_children
 # What generated code sees besides its own bindings (filters, tests, constants).
 BASE_NAMESPACE: Dict[str, Any] = {
     "ga": sandbox.getattr_, "gi": sandbox.getitem, "call": sandbox.call, "add": sandbox.add, "mul": sandbox.mul,
-    "pow_": sandbox.pow_, "concat": sandbox.concat, "s": str, "setns": sandbox.setns, "LoopContext": LoopContext,
+    "pow_": sandbox.pow_, "mod": sandbox.mod, "concat": sandbox.concat, "s": str, "setns": sandbox.setns, "LoopContext": LoopContext,
     "Macro": Macro, "MISSING": MISSING, "__builtins__": {"list": list, "slice": slice, "str": str},
 }
 _NOT_FOLDED = object()
 
-_PLAIN_BINOPS = {"-": "-", "/": "/", "//": "//", "%": "%"}
-_GUARDED_BINOPS = {"+": "add", "*": "mul", "**": "pow_"}
+_PLAIN_BINOPS = {"-": "-", "/": "/", "//": "//"}
+_GUARDED_BINOPS = {"+": "add", "*": "mul", "**": "pow_", "%": "mod"}
 _COMPARE = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "in": "in", "not in": "not in"}
 
 
