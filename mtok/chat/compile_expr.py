@@ -17,8 +17,8 @@ from . import sandbox
 from .errors import TemplateError
 from .filters import FILTERS
 from .predicates import TESTS
-from .runtime import MISSING, LoopContext, Macro, Undefined
-from .symbols import expr_children
+from .runtime import MISSING, LoopContext, Macro
+from .fold import Impossible, const_value, has_safe_repr, has_slice
 
 # What generated code sees besides its own bindings (filters, tests, constants).
 BASE_NAMESPACE: Dict[str, Any] = {
@@ -26,7 +26,6 @@ BASE_NAMESPACE: Dict[str, Any] = {
     "pow_": sandbox.pow_, "mod": sandbox.mod, "concat": sandbox.concat, "s": str, "setns": sandbox.setns, "LoopContext": LoopContext,
     "Macro": Macro, "MISSING": MISSING, "__builtins__": {"list": list, "slice": slice, "str": str},
 }
-_NOT_FOLDED = object()
 
 _PLAIN_BINOPS = {"-": "-", "/": "/", "//": "//"}
 _GUARDED_BINOPS = {"+": "add", "*": "mul", "**": "pow_", "%": "mod"}
@@ -49,30 +48,16 @@ class ExpressionCompiler:
         self.namespace[name] = value
         return name
 
-    folding = False
-
     def expr(self, node: Any, frame: Any) -> str:
-        if not self.folding and node.kind != "const" and _folds_a_slice(node):
-            value = self.fold(node, frame)
-            if value is not _NOT_FOLDED and _has_safe_repr(value):
-                return self.const_name(value)
+        if node.kind != "const" and has_slice(node):  # where jinja2's constant folding changes the result
+            try:
+                value = const_value(node)
+            except Impossible:
+                pass
+            else:
+                if has_safe_repr(value):
+                    return self.const_name(value)
         return getattr(self, "expr_" + node.kind)(node, frame)
-
-    def fold(self, node: Any, frame: Any) -> Any:
-        """The value jinja2's optimizer computes for a constant expression, or _NOT_FOLDED.
-
-        Folding matters only where a constant is sliced: jinja2 folds that through the
-        sandbox's getitem (a failure is an undefined), but slices at run time with Python's
-        own subscript (a failure is an error)."""
-        self.folding = True
-        try:
-            code = getattr(self, "expr_" + node.kind)(node, frame)
-        finally:
-            self.folding = False
-        try:
-            return eval(code, {**self.namespace, **BASE_NAMESPACE})  # only constants and mtok's functions
-        except Exception:
-            return _NOT_FOLDED
 
     def expr_const(self, node: Any, frame: Any) -> str:
         value = node.value
@@ -87,8 +72,7 @@ class ExpressionCompiler:
         return f"ga({self.expr(node.node, frame)}, {node.attr!r})"
 
     def expr_getitem(self, node: Any, frame: Any) -> str:
-        if node.arg.kind == "slice" and not self.folding:
-            # jinja2 slices with Python's own subscript at run time (None[1:] is an error)
+        if node.arg.kind == "slice":  # jinja2 slices with Python's own subscript at run time (None[1:] fails)
             return f"{self.expr(node.node, frame)}[{self.expr(node.arg, frame)}]"
         return f"gi({self.expr(node.node, frame)}, {self.expr(node.arg, frame)})"
 
@@ -176,49 +160,6 @@ class ExpressionCompiler:
     def expr_dict(self, node: Any, frame: Any) -> str:
         items = [f"{self.expr(k, frame)}: {self.expr(v, frame)}" for k, v in node.items]
         return "{" + ", ".join(items) + "}"
-
-
-_CONTEXT_FILTERS = frozenset(["map", "select", "reject", "selectattr", "rejectattr"])
-
-
-def _folds_a_slice(node: Any) -> bool:
-    """A constant expression (jinja2 folds it) with a slice inside (where folding changes the result)."""
-    return _foldable(node) and _has_slice(node)
-
-
-def _has_slice(node: Any) -> bool:
-    if node.kind == "getitem" and node.arg.kind == "slice":
-        return True
-    return any(_has_slice(child) for child in expr_children(node))
-
-
-def _has_safe_repr(value: Any) -> bool:
-    """Whether jinja2 can put the folded value in its generated code (else it evaluates at run time)."""
-    if value is None or type(value) in (bool, int, float, complex, range, str):
-        return True
-    if type(value) in (tuple, list, set, frozenset):
-        return all(_has_safe_repr(v) for v in value)
-    if type(value) is dict:
-        return all(_has_safe_repr(k) and _has_safe_repr(v) for k, v in value.items())
-    return False
-
-
-def _foldable(node: Any) -> bool:
-    """jinja2's ``as_const`` succeeds on ``node`` (as far as its value does not matter)."""
-    kind = node.kind
-    if kind == "const":
-        return True
-    if kind in ("name", "call", "nsref"):
-        return False
-    if kind == "cond" and node.other is None:  # folds only when the test is known to be true
-        return node.test.kind == "const" and bool(node.test.value) and _foldable(node.then)
-    if kind in ("filter", "test"):
-        table = FILTERS if kind == "filter" else TESTS
-        if node.name not in table or node.name in _CONTEXT_FILTERS or node.dyn_args or node.dyn_kwargs:
-            return False
-        if node.node is None:
-            return False
-    return all(_foldable(child) for child in expr_children(node))
 
 
 def _cond_undefined() -> Any:
