@@ -98,6 +98,13 @@ def test_the_sandbox_hides_internals():
     assert ChatTemplate("{{ '{0.__class__}'.format(1) }}", backend="python").render() == ""
 
 
+def test_runtime_objects_show_only_what_jinja2_shows():
+    src = ("{% macro m(a, b=1) %}{% endmacro %}{{ m.name }}|{{ m.arguments }}|{{ m.catch_kwargs }}|{{ m._func }}|"
+           "{{ m._rt }}|{% set ns = namespace(x=1) %}{{ ns.attrs }}|{{ ns|attr('_attrs') }}|{{ range.__self__ }}")
+    assert ChatTemplate(src, backend="python").render() == "m|('a', 'b')|False|||||"
+    assert error_of("{% macro m() %}{% endmacro %}{{ m._rt.spend(-5) }}").kind in ("undefined", "security")
+
+
 def test_parsed_once_then_rendered_without_parsing(monkeypatch):
     template = ChatTemplate("{% for m in messages %}{{ m }}{% endfor %}", backend="python")
     import mtok.chat.lexer

@@ -89,7 +89,7 @@ def getattr_(obj: Any, name: str) -> Any:
         except KeyError:
             return undefined_attr(obj, name)
     if type(obj) is Namespace:
-        attrs = obj.attrs
+        attrs = obj._attrs
         return attrs[name] if name in attrs else undefined_attr(obj, name)
     if type(obj) is Undefined:  # only its real (dunder) attributes exist, and they are unsafe
         return unsafe_attr(obj, name) if name[:2] == "__" and hasattr(obj, name) else obj._fail()
@@ -109,7 +109,7 @@ def getitem(obj: Any, key: Any) -> Any:
         return obj[key]
     except (TypeError, LookupError):
         if type(obj) is Namespace:
-            return obj.attrs[key] if key in obj.attrs else undefined_attr(obj, key)
+            return obj._attrs[key] if key in obj._attrs else undefined_attr(obj, key)
         if isinstance(key, str):
             try:
                 value = getattr(obj, key)
@@ -204,7 +204,7 @@ def setns(ns: Any, attr: str, value: Any) -> None:
     if type(ns) is not Namespace:
         raise TemplateError("cannot assign attribute on non-namespace object", "type")
     check_namespace_key(attr)
-    ns.attrs[attr] = value
+    ns._attrs[attr] = value
 
 
 def check_str_growth(text: str, name: str, args: Any) -> None:
