@@ -20,6 +20,7 @@ A token is ``(kind, value, lineno, colno)``; kinds are ``data``, ``block_begin``
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from typing import Any, List, Optional, Tuple
 
@@ -57,10 +58,12 @@ class _Scanner:
         self.source = "\n".join(lines)
         self.tokens: List[Token] = []
         self.line_starting = True
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", self.source)]
 
     def where(self, pos: int) -> Tuple[int, int]:
-        lineno = self.source.count("\n", 0, pos) + 1
-        return lineno, pos - (self.source.rfind("\n", 0, pos) + 1) + 1
+        """(line, column), 1-based, of a position."""
+        line = bisect.bisect_right(self.line_starts, pos)
+        return line, pos - self.line_starts[line - 1] + 1
 
     def emit(self, kind: str, value: object, pos: int) -> None:
         lineno, colno = self.where(pos)
