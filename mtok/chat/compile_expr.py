@@ -100,7 +100,8 @@ class ExpressionCompiler:
             if not frame.soft:
                 raise TemplateError(f"No {kind} named {name!r}.", "syntax", node.lineno)
             func = _missing(kind, name)
-        local = f"{prefix}_{''.join(c if c.isalnum() else '_' for c in name)}_{abs(hash(name)) % 9973}"
+        key = f"{prefix}:{name}"  # one module-level name per filter or test used
+        local = self.namespace.setdefault(key, f"{prefix}_{len(self.namespace)}")
         self.namespace[local] = func
         return local
 
