@@ -54,11 +54,15 @@ class ExpressionCompiler:
         return f"ga({self.expr(node.node, frame)}, {node.attr!r})"
 
     def expr_getitem(self, node: Any, frame: Any) -> str:
+        if node.arg.kind == "slice" and not _constant(node):
+            # jinja2 slices with Python's own subscript (None[1:] is an error), except where it
+            # folds a constant expression at compile time, through the sandbox's getitem
+            return f"{self.expr(node.node, frame)}[{self.expr(node.arg, frame)}]"
         return f"gi({self.expr(node.node, frame)}, {self.expr(node.arg, frame)})"
 
     def expr_slice(self, node: Any, frame: Any) -> str:
         parts = [self.expr(p, frame) if p is not None else "None" for p in (node.start, node.stop, node.step)]
-        return f"slice({', '.join(parts)})"
+        return f"slice({', '.join(parts)})"  # inside a subscript, Python reads this as the slice
 
     def _args(self, node: Any, frame: Any, extra: List[str] = ()) -> str:
         parts = [self.expr(a, frame) for a in node.args]
@@ -140,6 +144,12 @@ class ExpressionCompiler:
     def expr_dict(self, node: Any, frame: Any) -> str:
         items = [f"{self.expr(k, frame)}: {self.expr(v, frame)}" for k, v in node.items]
         return "{" + ", ".join(items) + "}"
+
+
+def _constant(node: Any) -> bool:
+    """Whether jinja2 would fold this getitem-with-slice at compile time (all parts literals)."""
+    parts = [node.node] + [p for p in (node.arg.start, node.arg.stop, node.arg.step) if p is not None]
+    return all(p.kind == "const" for p in parts)
 
 
 def _cond_undefined() -> Any:

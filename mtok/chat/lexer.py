@@ -112,6 +112,8 @@ def _strip_before(sc: _Scanner, text: str, sign: str, kind: str) -> str:
 def _comment(sc: _Scanner, pos: int, tag_pos: int) -> int:
     m = _COMMENT_END.match(sc.source, pos)
     if m is None:
+        if pos >= len(sc.source):  # jinja2 ends quietly when the template ends right after "{#"
+            return pos
         raise sc.fail("Missing end of comment tag", tag_pos)
     sc.line_starting = m.group()[-1:] == "\n"
     return m.end()
@@ -120,6 +122,8 @@ def _comment(sc: _Scanner, pos: int, tag_pos: int) -> int:
 def _raw(sc: _Scanner, pos: int) -> int:
     m = _RAW_END.match(sc.source, pos)
     if m is None:
+        if pos >= len(sc.source):
+            return pos
         raise sc.fail("Missing end of raw directive", pos)
     text = _strip_before(sc, m.group(1), m.group(3), "raw")
     if text:

@@ -77,8 +77,8 @@ def getattr_(obj: Any, name: str) -> Any:
     if type(obj) is Namespace:
         attrs = obj.attrs
         return attrs[name] if name in attrs else undefined_attr(obj, name)
-    if type(obj) is Undefined:
-        return obj._fail()
+    if type(obj) is Undefined:  # only its real (dunder) attributes exist, and they are unsafe
+        return unsafe_attr(obj, name) if name[:2] == "__" and hasattr(obj, name) else obj._fail()
     try:
         value = getattr(obj, name)
     except AttributeError:
