@@ -236,3 +236,23 @@ def test_request_fields_for_the_template():
         with pytest.raises(APIError) as e:
             parse_chat_input(dict(body, **extra))
         assert e.value.status == 400 and e.value.param == param, (extra, e.value.message)
+
+
+@pytest.mark.parametrize("backend", ["jinja2", "python"])
+def test_environment_globals_and_limits(tmp_path, backend):
+    """strftime_now and raise_exception come with the template's environment; a render
+    past the output limit is a 400, as any template failure."""
+    if backend not in backends():
+        pytest.skip(f"the {backend} chat template backend is not available here")
+    import datetime
+
+    source = ("{% if messages[0].content == 'boom' %}{{ raise_exception('no ' + messages[0].content) }}{% endif %}"
+              "{% if messages[0].content == 'big' %}{% for i in range(20000) %}{{ 'y' * 300 }}{% endfor %}{% endif %}"
+              "{{ strftime_now('%Y') }}")
+    chat = load_model_chat(files_of(model_dir(tmp_path, "m", {"chat_template": source})), None, backend)
+    year = datetime.datetime.now().strftime("%Y")
+    assert render_prompt(chat, ChatInput([{"role": "user", "content": "x"}])) in (year, str(int(year) + 1))
+    for content, words in (("boom", "no boom"), ("big", "")):
+        with pytest.raises(APIError) as e:
+            render_prompt(chat, ChatInput([{"role": "user", "content": content}]))
+        assert e.value.status == 400 and words in e.value.message and "chat template" in e.value.message
