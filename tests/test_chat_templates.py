@@ -256,3 +256,19 @@ def test_environment_globals_and_limits(tmp_path, backend):
         with pytest.raises(APIError) as e:
             render_prompt(chat, ChatInput([{"role": "user", "content": content}]))
         assert e.value.status == 400 and words in e.value.message and "chat template" in e.value.message
+
+
+def test_special_tokens_are_not_added_twice(tmp_path):
+    """Mistral's tokenizer adds <s> itself; the template writes it too: the prompt has one."""
+    from conftest import shared_tokenizer
+
+    config = {"chat_template": "{{ bos_token }}[INST] {{ messages[0].content }} [/INST]", "bos_token": "<s>",
+              "eos_token": "</s>"}
+    d = model_dir(tmp_path, "mistral", config, tokenizer_json=shared_tokenizer("mistral-7b-v0.1.json"))
+    model = mtok_model(d, "auto")
+    bos = model.tokenizer.token_to_id("<s>")
+    plain = model.tokenizer.encode("hello", True)
+    assert plain[0] == bos  # the tokenizer's own post-processor adds it
+    ids = prompt_ids(model, ChatInput([{"role": "user", "content": "hello"}]))
+    assert ids[0] == bos and ids.count(bos) == 1
+    assert prompt_ids(model, ChatInput([{"role": "user", "content": "hello"}]), add_special_tokens=True)[:2] == [bos, bos]
