@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .chat import ChatTemplate, TemplateError
+from .tokenizer import _token_content  # a token as a string, or the content of an AddedToken object
 from .validate import bad
 
 logger = logging.getLogger(__name__)
@@ -111,10 +112,8 @@ def special_tokens(config: Dict[str, Any]) -> Dict[str, str]:
     extra = config.get("extra_special_tokens")
     names = list(SPECIAL_TOKEN_NAMES) + (list(extra) if isinstance(extra, dict) else [])
     for name in names:
-        value = config.get(name) if name in SPECIAL_TOKEN_NAMES else extra[name]  # type: ignore[index]
-        if isinstance(value, dict):
-            value = value.get("content")
-        if isinstance(value, str):
+        value = _token_content(config.get(name) if name in SPECIAL_TOKEN_NAMES else extra[name])  # type: ignore[index]
+        if value is not None:
             out[name] = value
     return out
 
