@@ -8,9 +8,11 @@ Three steps, each a function:
   mtok engine takes them.
 * :func:`template_messages` turns them into what templates expect, as SGLang
   does: text parts joined into one string unless the template loops over
-  content; a tool call's ``arguments`` (a JSON string on the wire) parsed into
-  the object templates ``tojson``; and, as transformers does, keys whose value
-  is null dropped and reasoning copied under its three names.
+  content; a null or absent ``content`` made ``""`` (an assistant turn that only
+  calls tools: Qwen 3's template needs the key, Llama 3's would print "None");
+  a tool call's ``arguments`` (a JSON string on the wire) parsed into the object
+  templates ``tojson``; and, as transformers does, other keys whose value is
+  null dropped and reasoning copied under its three names.
 * :func:`render_prompt` builds the context transformers' ``apply_chat_template``
   gives (``messages``, ``tools``, ``documents``, ``add_generation_prompt``, the
   special tokens, every ``chat_template_kwargs`` key; ``raise_exception`` and
@@ -137,8 +139,7 @@ def template_messages(messages: List[Dict[str, Any]], fmt: str) -> List[Dict[str
     out = []
     for i, msg in enumerate(messages):
         m = {k: v for k, v in msg.items() if v is not None}
-        if "content" in m:
-            m["content"] = _content_for(m["content"], fmt, m["role"])
+        m["content"] = _content_for(m.get("content", ""), fmt, m["role"])
         if "tool_calls" in m:
             m["tool_calls"] = [_call_for_template(c, f"messages[{i}].tool_calls[{j}]")
                                for j, c in enumerate(m["tool_calls"])]

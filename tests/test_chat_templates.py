@@ -30,9 +30,12 @@ CONVERSATIONS = {
     "unicode": [{"role": "user", "content": "héllo wörld 👋 — ｜"}],
     "developer": [{"role": "developer", "content": "Use French."}, {"role": "user", "content": "Bonjour"}],
     "tool_calls": [{"role": "user", "content": "Weather in Paris?"},
-                   {"role": "assistant", "content": None, "tool_calls": [
+                   {"role": "assistant", "content": "", "tool_calls": [  # mtok sends null as "" (tested below)
                        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
                    {"role": "tool", "tool_call_id": "c1", "content": "22 C"}],
+    "thinking": [{"role": "user", "content": "Why?"},
+                 {"role": "assistant", "content": "Because.", "reasoning_content": "Let me think."},
+                 {"role": "user", "content": "Sure?"}],
     # Parts reach only templates that loop over content as parts (the others get one string; tested below).
     "parts": [{"role": "user", "content": [{"type": "text", "text": "Look: "}, {"type": "text", "text": "two parts"}]},
               {"role": "assistant", "content": [{"type": "text", "text": "Seen "}]}],
@@ -80,6 +83,8 @@ def test_prompt_matches_transformers(transformers_tokenizers, name, conv, mode, 
     if conv == "parts" and content_format(shared_template(name)["chat_template"]) == "string":
         pytest.skip("this template reads content as a string; mtok joins the parts (see the test below)")
     kwargs = {"add_generation_prompt": mode == "generation_prompt", "continue_final_message": mode == "continue"}
+    if conv == "tool_calls":
+        kwargs["tools"] = TOOLS
     try:
         expected = hf.apply_chat_template(messages, tokenize=False, **kwargs)
         expected_ids = hf.apply_chat_template(messages, tokenize=True, return_dict=False, **kwargs)
@@ -141,7 +146,7 @@ def test_tool_call_arguments_reach_the_template_as_an_object():
     msgs = [{"role": "assistant", "content": None, "tool_calls": [
         {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]}]
     out = template_messages(msgs, "string")
-    assert out == [{"role": "assistant", "tool_calls": [
+    assert out == [{"role": "assistant", "content": "", "tool_calls": [
         {"id": "1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}]
     for bad_args in ("{not json", "[1, 2]"):
         msgs[0]["tool_calls"][0]["function"]["arguments"] = bad_args
