@@ -103,6 +103,16 @@ ERRORS = [
 # Scoping (set in loops, ifs, macros, with, blocks), macro arguments, caller, and filter corner cases;
 # rendered without a context.  Some raise in jinja2: then both must.
 SCOPING = [
+ "{% for x in [] %}{% else %}[{{ loop }}]{% endfor %}",
+ "{% for y in [1] %}{% for x in [] %}{% else %}[{{ loop.index }}]{% endfor %}{% endfor %}",
+ "{% for loop in [1] %}{% endfor %}", "{% for x in [1] %}{% set loop = 1 %}{% endfor %}",
+ "{% for x in [1] %}{% if 1 %}{% with loop = 2 %}{{ loop }}{% endwith %}{% endif %}{% endfor %}",
+ "{% for y in [5,6] %}{% for x in [1,2] if loop.index > 1 %}{{ x }}{{ y }}{% endfor %}{% endfor %}",
+ "{% for x in [1,2] if loop is defined %}{{ x }}{% endfor %}",
+ "{% for x in [1] %}{% macro m() %}{% set loop = 3 %}{% endmacro %}{% endfor %}",
+ "{{ none[1:] }}", "{% set a = none[1:] %}", "{% set a = none[1:] ~ 'x' %}{{ a }}", "{{ (not none)[1:] }}",
+ "{{ ('abc'|upper)[1:] }}", "{{ ([1,2]|map('string'))[1:] }}", "{{ (1 if true)[1:] }}", "{{ [none[1:]] }}",
+ "{% if none[1:] is defined %}D{% endif %}", "{{ none[1:], 2 }}", "{% for q in none[1:] %}{% endfor %}ok",
  "{% macro m() %}{{ late }}{% endmacro %}{% set late = 'L' %}{{ m() }}",
  "{% set late = 'E' %}{% macro m() %}{{ late }}{% endmacro %}{% set late = 'L' %}{{ m() }}",
  "{% macro m() %}{{ x }}{% set x = 2 %}{{ x }}{% endmacro %}{% set x = 1 %}{{ m() }}{{ x }}",

@@ -67,6 +67,12 @@ def test_limits_on_steps_recursion_and_sizes():
     assert error_of("{{ 'x' * 10**8 }}").kind == "limit"
     assert error_of("{{ 2 ** 100000 }}").kind == "limit"
     assert error_of("{{ range(10**6)|length }}").kind == "security"
+    for src in ("{{ '%999999999d' % 1 }}", "{{ 'x'.ljust(10**9) }}", "{{ 'x'|center(10**9) }}", "{{ 'a'|indent(10**9) }}",
+                "{{ ('x' * 4000000).replace('x', 'yy') }}", "{{ ('x' * 4000000)|replace('x', 'yy') }}",
+                "{{ '{:999999999}'.format(1) }}", "{{ '%.999999999f'|format(1.5) }}"):
+        assert error_of(src).kind == "limit", src
+    assert ChatTemplate("{{ '%5.1f|%-3s|' % (2.25, 'x') }}{{ '{:>4}'.format(7) }}", backend="python").render() == \
+        "  2.2|x  |   7"
     deep = "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{{ n }}{% endmacro %}{{ f(50) }}"
     assert ChatTemplate(deep, backend="python").render().startswith("012")
 
@@ -90,6 +96,13 @@ def test_the_sandbox_hides_internals():
     err = error_of("{% set ns = namespace() %}{% set ns.__dict__ = 1 %}")
     assert err.kind == "security"
     assert ChatTemplate("{{ '{0.__class__}'.format(1) }}", backend="python").render() == ""
+
+
+def test_runtime_objects_show_only_what_jinja2_shows():
+    src = ("{% macro m(a, b=1) %}{% endmacro %}{{ m.name }}|{{ m.arguments }}|{{ m.catch_kwargs }}|{{ m._func }}|"
+           "{{ m._rt }}|{% set ns = namespace(x=1) %}{{ ns.attrs }}|{{ ns|attr('_attrs') }}|{{ range.__self__ }}")
+    assert ChatTemplate(src, backend="python").render() == "m|('a', 'b')|False|||||"
+    assert error_of("{% macro m() %}{% endmacro %}{{ m._rt.spend(-5) }}").kind in ("undefined", "security")
 
 
 def test_parsed_once_then_rendered_without_parsing(monkeypatch):

@@ -104,7 +104,7 @@ def _tag(draw, body):
 def templates(draw, depth=0):
     parts = []
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.integers(0, 5 if depth < 2 else 2))
+        kind = draw(st.integers(0, 7 if depth < 2 else 2))
         if kind == 0:
             parts.append(draw(st.sampled_from(["x", " ", "\n", "  \n  ", "\t", "é", "}", "%"])))
         elif kind == 1:
@@ -116,6 +116,14 @@ def templates(draw, depth=0):
         elif kind == 3:
             parts.append(_tag(draw, f"if {draw(expressions())}") + draw(templates(depth=depth + 1))
                          + _tag(draw, "else") + draw(templates(depth=depth + 1)) + _tag(draw, "endif"))
+        elif kind == 6:
+            parts.append(_tag(draw, f"macro mm(p, q={draw(expressions())})") + "[{{ p }}|{{ q }}]"
+                         + draw(templates(depth=depth + 1)) + _tag(draw, "endmacro")
+                         + f"{{{{ mm({draw(expressions())}) }}}}{{{{ mm(q={draw(ATOMS)}) }}}}")
+        elif kind == 7:
+            parts.append(_tag(draw, f"set ns = namespace(x={draw(expressions())})")
+                         + draw(templates(depth=depth + 1)) + _tag(draw, f"set ns.x = {draw(expressions())}")
+                         + "{{ ns.x }}")
         else:
             target = draw(st.sampled_from(["v", "a", "k, v"]))
             body = draw(templates(depth=depth + 1)) + draw(st.sampled_from(

@@ -11,14 +11,24 @@ where (as in jinja2) it fails only when evaluated.
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Dict, List
 
+from . import sandbox
 from .errors import TemplateError
 from .filters import FILTERS
 from .predicates import TESTS
+from .runtime import MISSING, LoopContext, Macro
+from .fold import Impossible, const_value, has_safe_repr, has_slice
 
-_PLAIN_BINOPS = {"-": "-", "/": "/", "//": "//", "%": "%"}
-_GUARDED_BINOPS = {"+": "add", "*": "mul", "**": "pow_"}
+# What generated code sees besides its own bindings (filters, tests, constants).
+BASE_NAMESPACE: Dict[str, Any] = {
+    "ga": sandbox.getattr_, "gi": sandbox.getitem, "call": sandbox.call, "add": sandbox.add, "mul": sandbox.mul,
+    "pow_": sandbox.pow_, "mod": sandbox.mod, "concat": sandbox.concat, "s": str, "setns": sandbox.setns, "LoopContext": LoopContext,
+    "Macro": Macro, "MISSING": MISSING, "__builtins__": {"list": list, "slice": slice, "str": str},
+}
+
+_PLAIN_BINOPS = {"-": "-", "/": "/", "//": "//"}
+_GUARDED_BINOPS = {"+": "add", "*": "mul", "**": "pow_", "%": "mod"}
 _COMPARE = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "in": "in", "not in": "not in"}
 
 
@@ -39,6 +49,14 @@ class ExpressionCompiler:
         return name
 
     def expr(self, node: Any, frame: Any) -> str:
+        if node.kind != "const" and has_slice(node):  # where jinja2's constant folding changes the result
+            try:
+                value = const_value(node)
+            except Impossible:
+                pass
+            else:
+                if has_safe_repr(value):
+                    return self.const_name(value)
         return getattr(self, "expr_" + node.kind)(node, frame)
 
     def expr_const(self, node: Any, frame: Any) -> str:
@@ -54,9 +72,7 @@ class ExpressionCompiler:
         return f"ga({self.expr(node.node, frame)}, {node.attr!r})"
 
     def expr_getitem(self, node: Any, frame: Any) -> str:
-        if node.arg.kind == "slice" and not _constant(node):
-            # jinja2 slices with Python's own subscript (None[1:] is an error), except where it
-            # folds a constant expression at compile time, through the sandbox's getitem
+        if node.arg.kind == "slice":  # jinja2 slices with Python's own subscript at run time (None[1:] fails)
             return f"{self.expr(node.node, frame)}[{self.expr(node.arg, frame)}]"
         return f"gi({self.expr(node.node, frame)}, {self.expr(node.arg, frame)})"
 
@@ -144,12 +160,6 @@ class ExpressionCompiler:
     def expr_dict(self, node: Any, frame: Any) -> str:
         items = [f"{self.expr(k, frame)}: {self.expr(v, frame)}" for k, v in node.items]
         return "{" + ", ".join(items) + "}"
-
-
-def _constant(node: Any) -> bool:
-    """Whether jinja2 would fold this getitem-with-slice at compile time (all parts literals)."""
-    parts = [node.node] + [p for p in (node.arg.start, node.arg.stop, node.arg.step) if p is not None]
-    return all(p.kind == "const" for p in parts)
 
 
 def _cond_undefined() -> Any:

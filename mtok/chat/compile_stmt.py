@@ -20,9 +20,8 @@ from .symbols import FrameVisitor, names_used
 class StatementCompiler(Compiler):
     def stmt_for(self, node: Any, frame: Frame) -> None:
         extended = "loop" in names_used(node.body, {"loop"})
-        if names_used([node.test] + list(node.else_), {"loop"}) and not frame.symbols.find_ref("loop"):
-            raise TemplateError("the loop variable is not available in a loop's filter or else block",
-                                "syntax", node.lineno)
+        if _stores_loop(node):
+            raise TemplateError("Can't assign to special loop variable in for-loop target", "syntax", node.lineno)
         loop_frame = frame.inner(in_loop=True)
         visitor = FrameVisitor(loop_frame.symbols)
         visitor.store_target(node.target, param=True)
@@ -112,6 +111,26 @@ class StatementCompiler(Compiler):
         caller = self.tmp()
         self.line(f"{caller} = {self.macro_function(node, frame, 'caller')}")
         self.line(f"w_{frame.buffer}(s({self.expr_call(node.call, frame, [f'caller={caller}'])}))")
+
+
+def _stores_loop(node: Any) -> bool:
+    """Whether anything under a ``for`` (its target, a ``set``) assigns to ``loop`` (jinja2 refuses it)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif hasattr(item, "kind"):
+            if item.kind in ("for", "set", "setblock") and _names_in(item.target) & {"loop"}:
+                return True
+            stack.extend(v for v in item.f.values() if isinstance(v, (list, tuple)) or hasattr(v, "kind"))
+    return False
+
+
+def _names_in(target: Any) -> set:
+    if target.kind == "tuple":
+        return set().union(*(_names_in(t) for t in target.items)) if target.items else set()
+    return {target.name} if target.kind == "name" else set()
 
 
 def _not_provided(name: str) -> Any:
