@@ -182,6 +182,12 @@ def test_named_templates_pick_tool_use_when_tools_are_given(tmp_path):
     msgs = [{"role": "user", "content": "x"}]
     assert render_prompt(chat, ChatInput(msgs)) == "D"
     assert render_prompt(chat, ChatInput(msgs, tools=TOOLS)) == "Tget_weather"
+    d = model_dir(tmp_path, "files", {"chat_template": "config"}, jinja="D")  # .jinja files win over the config
+    os.makedirs(os.path.join(d, "additional_chat_templates"))
+    with open(os.path.join(d, "additional_chat_templates", "tool_use.jinja"), "w") as f:
+        f.write("T")
+    from_files = load_model_chat(files_of(d), None, "auto")
+    assert render_prompt(from_files, ChatInput(msgs)) == "D" and render_prompt(from_files, ChatInput(msgs, tools=TOOLS)) == "T"
     only_tools = load_model_chat(files_of(model_dir(tmp_path, "n", {"chat_template": named[1:]})), None, "auto")
     with pytest.raises(APIError) as e:
         render_prompt(only_tools, ChatInput(msgs))
