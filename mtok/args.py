@@ -53,6 +53,8 @@ class ServerArgs:
     http_timeout: float = 60.0
     listen_mode: str = "auto"
     log_level: str = "info"
+    tool_call_parser: List[str] = field(default_factory=list)
+    reasoning_parser: List[str] = field(default_factory=list)
 
     @property
     def model_name(self) -> str:
@@ -115,6 +117,12 @@ class ServerArgs:
           help="how workers share the port: one inherited socket ('shared', what auto picks) or "
                "one SO_REUSEPORT socket each (default: %(default)s)")
         a("--log-level", default=d.log_level, help="debug, info, warning, error (default: %(default)s)")
+        a("--tool-call-parser", action="append", default=[], metavar="[MODEL=]NAME",
+          help="SGLang's tool-call parser name (hermes, qwen25, llama3, mistral, ...); "
+               "MODEL= sets it for one --model only; repeatable")
+        a("--reasoning-parser", action="append", default=[], metavar="[MODEL=]NAME",
+          help="SGLang's reasoning parser name (deepseek-r1, qwen3, glm45, kimi, ...); "
+               "MODEL= sets it for one --model only; repeatable")
 
     @classmethod
     def from_cli_args(cls, ns: argparse.Namespace) -> "ServerArgs":
@@ -148,8 +156,24 @@ class ServerArgs:
             else:
                 if len(set(names)) != len(names):
                     problems.append("--model names must be distinct")
+        problems.extend(self._parser_problems())
         if problems:
             raise ValueError("; ".join(problems))
+
+    def parsers(self) -> "Dict[str, Dict[str, str]]":
+        """{"tool": {model: parser}, "reasoning": {model: parser}} from the two flags."""
+        from .parsers import REASONING_FORMATS, TOOL_PARSERS, per_model
+
+        names = [s.name for s in self.model_specs()]
+        return {"tool": per_model(self.tool_call_parser, names, TOOL_PARSERS, "--tool-call-parser"),
+                "reasoning": per_model(self.reasoning_parser, names, REASONING_FORMATS, "--reasoning-parser")}
+
+    def _parser_problems(self) -> List[str]:
+        try:
+            self.parsers()
+        except ValueError as e:
+            return [str(e)]
+        return []
 
 
 @dataclass

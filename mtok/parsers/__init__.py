@@ -40,3 +40,23 @@ def tool_parser_names():
 
 def reasoning_parser_names():
     return sorted(REASONING_FORMATS)
+
+
+def per_model(values, model_names, known, flag):
+    """model name -> parser name from ``--FLAG NAME`` (every model) and
+    ``--FLAG MODEL=NAME`` (one model; repeatable, wins over the plain form).
+
+    Raises ValueError naming the flag for an unknown parser or model.
+    """
+    out, default = {}, None
+    for value in values or ():
+        model, sep, name = value.rpartition("=")
+        if name not in known:
+            raise ValueError("%s: unknown parser %r; mtok has %s" % (flag, name, ", ".join(sorted(known))))
+        if not sep:
+            default = name
+        elif model not in model_names:
+            raise ValueError("%s: no model named %r (models: %s)" % (flag, model, ", ".join(model_names)))
+        else:
+            out[model] = name
+    return {m: out.get(m, default) for m in model_names if out.get(m, default)}

@@ -85,6 +85,7 @@ class ToolParser(object):
     """Base of every format: holds the request's tools; subclasses add the format."""
 
     name = ""
+    index_by_call = False  # /parse_function_call's tool_index: position in tools (SGLang)
 
     def __init__(self, tools=None):
         self.tools = list(tools or ())

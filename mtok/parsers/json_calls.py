@@ -87,6 +87,7 @@ class KimiK2Parser(BlockToolParser):
     id_re = re.compile(r"^(?:functions\.)?([\w.\-]+):(\d+)$")
     strip_content = False
     all_or_nothing = False
+    index_by_call = True
 
     def parse_block(self, match):
         found = self.id_re.match(match.group("id"))
