@@ -153,7 +153,7 @@ def test_tokenizer_command_still_dispatches():
     proc = subprocess.run([sys.executable, "-m", "mtok.bench"], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     names: List[str] = [line.split()[0] for line in proc.stdout.splitlines()[3:] if line.strip()]
-    assert {"tokenizer", "load", "sweep", "transport", "soak", "compare", "detok"} <= set(names)
+    assert {"tokenizer", "load", "sweep", "transport", "soak", "compare", "detok", "parsers"} <= set(names)
 
 
 # -- pieces, without a server ---------------------------------------------------------
@@ -231,3 +231,10 @@ def test_the_peer_answers_like_mtok():
     assert mine[1]["usage"] == peer[1]["usage"]
     assert mine[2]["tokens"] == peer[2]["tokens"] and mine[2]["count"] == peer[2]["count"]
     assert mine[3] == peer[3]
+
+
+def test_parsers(tmp_path):
+    doc = bench(tmp_path, "parsers", "--chunks", "64", "--repeat", "1", "--tool-parsers", "hermes,kimi_k2")
+    rows = doc["results"]
+    assert [r["tool_parser"] for r in rows] == ["hermes", "kimi_k2"]
+    assert all(r["same_result"] and r["chunks"] > 64 and r["us_per_chunk"] > 0 for r in rows)
