@@ -59,6 +59,22 @@ def mistral(calls, compact=False):
     return "[TOOL_CALLS] " + json.dumps([{"name": n, "arguments": a} for n, a in calls], ensure_ascii=False)
 
 
+def _text(value):
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def glm45(calls):
+    return "".join("<tool_call>%s\n%s</tool_call>\n" % (n, "".join(
+        "<arg_key>%s</arg_key>\n<arg_value>%s</arg_value>\n" % (k, _text(v)) for k, v in a.items()))
+        for n, a in calls).rstrip("\n")
+
+
+def qwen3_coder(calls):
+    return "".join("<tool_call>\n<function=%s>\n%s</function>\n</tool_call>\n" % (n, "".join(
+        "<parameter=%s>\n%s\n</parameter>\n" % (k, _text(v)) for k, v in a.items()))
+        for n, a in calls).rstrip("\n")
+
+
 RENDER = {
     "hermes": hermes,
     "qwen25": lambda calls: hermes(calls, nl=True),
@@ -67,6 +83,8 @@ RENDER = {
     "kimi_k2": kimi_k2,
     "llama3": llama3,
     "mistral": mistral,
+    "glm45": glm45,
+    "qwen3_coder": qwen3_coder,
 }
 
 
@@ -92,6 +110,12 @@ def _cases(fmt, render):
     if fmt == "llama3":
         cases.append(("bare json object", llama3([WEATHER], tag=False)))
         cases.append(("bare json, two", llama3([WEATHER, SEARCH], tag=False)))
+    if fmt in ("glm45", "qwen3_coder"):
+        cases.append(("types from the schema", render([("get_weather", {"city": "42", "days": "7"}),
+                                                        ("search", {"query": "[1, 2]", "filters": '{"a": [1, null]}',
+                                                                    "extra": "not in schema"})])))
+        cases.append(("python literal values", render([("search", {"filters": "{'a': (1, 2), 'b': True}",
+                                                                    "query": "None"})])))
     if fmt == "mistral":
         cases.append(("compact form", mistral([WEATHER], compact=True)))
         cases.append(("compact form, two", mistral([WEATHER, SEARCH], compact=True)))

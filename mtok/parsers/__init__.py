@@ -14,6 +14,7 @@ from mtok.parsers.json_calls import (
     DeepSeekV3Parser, DeepSeekV31Parser, HermesParser, KimiK2Parser, Llama3Parser,
     MistralParser, Qwen25Parser,
 )
+from mtok.parsers.xml_calls import Glm45Parser, Qwen3CoderParser
 from mtok.parsers.reasoning import REASONING_FORMATS, make_reasoning_parser  # noqa: F401
 
 # SGLang's --tool-call-parser names that mtok has (aliases as in SGLang).
@@ -26,6 +27,9 @@ TOOL_PARSERS = {
     "deepseekv3": DeepSeekV3Parser,
     "deepseekv31": DeepSeekV31Parser,
     "kimi_k2": KimiK2Parser,
+    "glm45": Glm45Parser,
+    "glm": Glm45Parser,
+    "qwen3_coder": Qwen3CoderParser,
 }
 
 

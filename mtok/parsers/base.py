@@ -49,8 +49,14 @@ class Malformed(ValueError):
 
 
 def dump_args(value):
-    """Arguments as SGLang writes them: ``json.dumps`` with unicode kept."""
-    return json.dumps(value, ensure_ascii=False)
+    """Arguments as SGLang writes them: ``json.dumps`` with unicode kept.
+
+    A value JSON has no form for (a Python set or bytes that a format's
+    ``ast.literal_eval`` fallback produced) is written as its ``str``, where
+    SGLang would give up on the whole output; so one odd argument cannot undo
+    calls that were already streamed.
+    """
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def partial_suffix(text, marker):
@@ -213,7 +219,7 @@ class BlockToolParser(ToolParser):
         for match in self.blocks(text):
             try:
                 calls.extend(self.parse_block(match))
-            except (Malformed, ValueError) as exc:
+            except (Malformed, ValueError, TypeError) as exc:
                 if self.all_or_nothing:
                     logger.warning("%s: unreadable tool call (%s); output kept as content", self.name, exc)
                     return text, []
@@ -232,7 +238,7 @@ class BlockToolParser(ToolParser):
         for match in self.block_re.finditer(text):
             try:
                 calls.extend(self.parse_block(match))
-            except (Malformed, ValueError):
+            except (Malformed, ValueError, TypeError):
                 pass
         return content, calls
 
