@@ -75,6 +75,19 @@ def qwen3_coder(calls):
         for n, a in calls).rstrip("\n")
 
 
+def _py(value):
+    if isinstance(value, dict):
+        return "{%s}" % ", ".join("%s: %s" % (_py(k), _py(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return "[%s]" % ", ".join(_py(v) for v in value)
+    return repr(value)
+
+
+def pythonic(calls):
+    return "[%s]" % ", ".join("%s(%s)" % (n, ", ".join("%s=%s" % (k, _py(v)) for k, v in a.items()))
+                              for n, a in calls)
+
+
 RENDER = {
     "hermes": hermes,
     "qwen25": lambda calls: hermes(calls, nl=True),
@@ -85,6 +98,7 @@ RENDER = {
     "mistral": mistral,
     "glm45": glm45,
     "qwen3_coder": qwen3_coder,
+    "pythonic": pythonic,
 }
 
 
@@ -116,6 +130,11 @@ def _cases(fmt, render):
                                                                     "extra": "not in schema"})])))
         cases.append(("python literal values", render([("search", {"filters": "{'a': (1, 2), 'b': True}",
                                                                     "query": "None"})])))
+    if fmt == "pythonic":
+        cases.append(("llama4 stray tokens", "<|python_start|>" + one + "<|python_end|>"))
+        cases.append(("not calls", "A list [1, 2] and [x(] here."))
+        cases.append(("non-literal argument", "[get_weather(city=f(x)), search(query='ok')]"))
+        cases.append(("no arguments", "[search()]"))
     if fmt == "mistral":
         cases.append(("compact form", mistral([WEATHER], compact=True)))
         cases.append(("compact form, two", mistral([WEATHER, SEARCH], compact=True)))

@@ -122,7 +122,8 @@ def test_reasoning_stream_random_multi_token_chunks(case, seed, flag):
            "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<|tool_calls_section_begin|>",
            "<|tool_call_begin|>functions.search:0", "<|tool_call_argument_begin|>", "<|tool_call_end|>", "search\n", "<arg_key>query</arg_key>",
            "<arg_value>", "</arg_value>", "<function=search>", "</function>", "<parameter=filters>",
-           "</parameter>", "{'a': {1, 2}}"]),
+           "</parameter>", "{'a': {1, 2}}", "[search(", "query='x'", ")]", "<|python_start|>",
+           "<|python_end|>", '[get_weather(city="a")]']),
            max_size=16).map("".join), seed=st.integers(0, 2 ** 32 - 1))
 def test_tool_stream_random_marker_soup(name, text, seed):
     """Random mixtures of markers, JSON and text: never an exception, stream == one-shot."""
@@ -182,3 +183,18 @@ def test_a_value_json_cannot_hold_is_written_as_text_not_undoing_streamed_calls(
     assert [c.as_dict() for c in calls] == [{"name": "get_weather", "arguments": '{"city": "Oslo"}'},
                                             {"name": "search", "arguments": '{"filters": "{1, 2}"}'}]
     assert as_result(*collect(stream_tools("qwen3_coder", list(text)))) == as_result(content, calls)
+
+
+@pytest.mark.parametrize("name", sorted({c[0] for c in TOOL_CASES}))
+def test_a_request_without_tools_is_not_parsed(name):
+    text = [c[2] for c in TOOL_CASES if c[0] == name and c[1] == "text before and after"][0]
+    assert make_tool_parser(name, []).parse(text) == (text, [])
+    assert collect(stream_tools_with(name, [], list(text))) == (text, [])
+
+
+def stream_tools_with(name, tools, pieces):
+    stream = make_tool_parser(name, tools).stream()
+    deltas = []
+    for piece in pieces:
+        deltas += stream.feed(piece)
+    return deltas + stream.finish()

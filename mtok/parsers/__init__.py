@@ -9,11 +9,12 @@ does the same for ``(reasoning_content, content)``.  ``base`` holds the shared
 machinery, one module per family of formats.
 """
 
-from mtok.parsers.base import Call, ToolParser, collect  # noqa: F401
+from mtok.parsers.base import Call, NoTools, ToolParser, collect  # noqa: F401
 from mtok.parsers.json_calls import (
     DeepSeekV3Parser, DeepSeekV31Parser, HermesParser, KimiK2Parser, Llama3Parser,
     MistralParser, Qwen25Parser,
 )
+from mtok.parsers.pythonic import PythonicParser
 from mtok.parsers.xml_calls import Glm45Parser, Qwen3CoderParser
 from mtok.parsers.reasoning import REASONING_FORMATS, make_reasoning_parser  # noqa: F401
 
@@ -30,12 +31,17 @@ TOOL_PARSERS = {
     "glm45": Glm45Parser,
     "glm": Glm45Parser,
     "qwen3_coder": Qwen3CoderParser,
+    "pythonic": PythonicParser,
 }
 
 
 def make_tool_parser(name, tools=None):
-    """The parser for one request; KeyError for a name mtok does not have."""
-    return TOOL_PARSERS[name](tools)
+    """The parser for one request; KeyError for a name mtok does not have.
+
+    A request without ``tools`` gets no parsing at all, as in SGLang.
+    """
+    cls = TOOL_PARSERS[name]
+    return cls(tools) if tools else NoTools()
 
 
 def tool_parser_names():

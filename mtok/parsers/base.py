@@ -128,6 +128,18 @@ class ToolParser(object):
         return ToolStream(self)
 
 
+class NoTools(ToolParser):
+    """A request that declares no tools: the output is all content, as in SGLang."""
+
+    name = "none"
+
+    def parse(self, text):
+        return text, []
+
+    def stable(self, text):
+        return text, []
+
+
 class ToolStream(object):
     """One request's streaming state: ``feed`` chunks, then ``finish`` once.
 
