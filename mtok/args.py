@@ -52,6 +52,8 @@ class ServerArgs:
     graceful_timeout: float = 30.0
     http_timeout: float = 60.0
     listen_mode: str = "auto"
+    chat_template: List[str] = field(default_factory=list)
+    chat_template_backend: str = "auto"
     log_level: str = "info"
     tool_call_parser: List[str] = field(default_factory=list)
     reasoning_parser: List[str] = field(default_factory=list)
@@ -116,6 +118,11 @@ class ServerArgs:
         a("--listen-mode", choices=("auto", "reuseport", "shared"), default=d.listen_mode,
           help="how workers share the port: one inherited socket ('shared', what auto picks) or "
                "one SO_REUSEPORT socket each (default: %(default)s)")
+        a("--chat-template", dest="chat_template", action="append", default=[], metavar="[NAME=]FILE",
+          help="the chat template: a .jinja file, or a .json file holding it; NAME= for one model of "
+               "several (default: the model's chat_template.jinja, else its tokenizer_config.json)")
+        a("--chat-template-backend", choices=("auto", "jinja2", "python"), default=d.chat_template_backend,
+          help="'jinja2', or 'python' = mtok's own engine; auto = jinja2 when installed (default: %(default)s)")
         a("--log-level", default=d.log_level, help="debug, info, warning, error (default: %(default)s)")
         a("--tool-call-parser", action="append", default=[], metavar="[MODEL=]NAME",
           help="SGLang's tool-call parser name (hermes, qwen25, llama3, mistral, ...); "
@@ -157,6 +164,8 @@ class ServerArgs:
                 if len(set(names)) != len(names):
                     problems.append("--model names must be distinct")
         problems.extend(self._parser_problems())
+        if not problems:
+            problems.extend(self._check_chat_templates())
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -174,6 +183,23 @@ class ServerArgs:
         except ValueError as e:
             return [str(e)]
         return []
+
+    def _check_chat_templates(self) -> List[str]:
+        """Template files that do not exist, and a backend that is not there, are refused before boot."""
+        from .chat import TemplateError, resolve_backend
+        from .chat_templates import ChatTemplateFileError, template_flags
+
+        problems = []
+        try:
+            resolve_backend(self.chat_template_backend)
+        except TemplateError as e:
+            problems.append(f"--chat-template-backend: {e}")
+        try:
+            files = template_flags(self.chat_template, [s.name for s in self.model_specs()])
+        except (ChatTemplateFileError, ValueError) as e:
+            return problems + [str(e)]
+        problems += [f"--chat-template {f}: no such file" for f in sorted(set(files.values())) if not os.path.isfile(f)]
+        return problems
 
 
 @dataclass
