@@ -32,7 +32,7 @@ TEMPLATE_FIELDS = ("messages", "tools", "documents", "chat_template_kwargs", "ad
                    "continue_final_message")
 CHAT_FIELDS = SAMPLING_FIELDS | set(TEMPLATE_FIELDS) | {
     "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs", "tool_choice", "parallel_tool_calls",
-    "response_format", "reasoning_effort",
+    "response_format", "reasoning_effort", "separate_reasoning", "stream_reasoning",
 }
 TOKENIZE_CHAT_FIELDS = TEMPLATE_FIELDS + ("model", "add_special_tokens")
 TOOL_CHOICES = ("none", "auto", "required")
@@ -63,7 +63,9 @@ class OutputParser:
 
 def make_output_parser(body: Dict[str, Any], model: "ModelEntry", server_args: Any) -> OutputParser:
     """The hook: which parser a chat request's output goes through."""
-    return OutputParser()
+    from .chat_parsing import output_parser_for
+
+    return output_parser_for(body, model.name, server_args) or OutputParser()
 
 
 def _check_chat_only(body: Dict[str, Any]) -> None:
@@ -158,10 +160,13 @@ class ChatRoutes:
             if err is not None:
                 yield err.body()
                 break
-            for delta in parser.feed(st.text[sent:]):
-                yield chunk(delta)
-            sent = len(st.text)
+            # The receiver thread grows st.text meanwhile: read the finish first (its text
+            # is complete by then), then one snapshot of the text for both slice and mark.
             finish, matched = openai_finish(st)
+            text = st.text
+            for delta in parser.feed(text[sent:]):
+                yield chunk(delta)
+            sent = len(text)
             if finish is not None:
                 for delta in parser.flush():
                     yield chunk(delta)
