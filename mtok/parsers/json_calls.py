@@ -100,7 +100,7 @@ class KimiK2Parser(BlockToolParser):
 
     def _infer_name(self, args):
         """A bare counter id: the only tool, else the one whose schema best fits the keys."""
-        names = [n for n in (tool_names(self.tools))]
+        names = tool_names(self.tools)
         if len(names) == 1:
             return names[0]
         try:

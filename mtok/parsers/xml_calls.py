@@ -124,6 +124,7 @@ class Qwen3CoderParser(BlockToolParser):
     function_re = re.compile(r"<function=(.*?)</function>|<function=(.*)$", re.S)
     param_re = re.compile(r"<parameter=(.*?)(?:</parameter>|(?=<parameter=)|(?=</function>)|$)", re.S)
     strip_content = False
+    index_by_call = True
 
     def blocks(self, text):
         found = [m.group(1) for m in self.block_re.finditer(text)]
