@@ -198,3 +198,17 @@ def stream_tools_with(name, tools, pieces):
     for piece in pieces:
         deltas += stream.feed(piece)
     return deltas + stream.finish()
+
+
+DEEP = "[" * 5000 + "]" * 5000
+
+
+@pytest.mark.parametrize("name", sorted({c[0] for c in TOOL_CASES}))
+def test_deeply_nested_arguments_are_unreadable_not_a_crash(name):
+    """json and ast recurse: nesting past the interpreter's limit must read as a bad call."""
+    from parser_corpus import RENDER
+    text = "Hi. " + RENDER[name]([("search", {"query": "q", "filters": "DEEP"})]).replace('"DEEP"', DEEP).replace(
+        "DEEP", DEEP)
+    content, calls = make_tool_parser(name, TOOLS).parse(text)
+    assert as_result(*collect(stream_tools(name, [text[:len(text) // 2], text[len(text) // 2:]]))) == \
+        as_result(content, calls)

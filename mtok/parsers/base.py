@@ -48,6 +48,11 @@ class Malformed(ValueError):
     """A tool-call block whose body cannot be read."""
 
 
+# What reading a model's JSON or Python literal can raise (deep nesting included):
+# all of it means "unreadable", never a server error.
+UNREADABLE = (ValueError, TypeError, RecursionError, MemoryError)
+
+
 def dump_args(value):
     """Arguments as SGLang writes them: ``json.dumps`` with unicode kept.
 
@@ -231,7 +236,7 @@ class BlockToolParser(ToolParser):
         for match in self.blocks(text):
             try:
                 calls.extend(self.parse_block(match))
-            except (Malformed, ValueError, TypeError) as exc:
+            except UNREADABLE as exc:
                 if self.all_or_nothing:
                     logger.warning("%s: unreadable tool call (%s); output kept as content", self.name, exc)
                     return text, []
@@ -250,7 +255,7 @@ class BlockToolParser(ToolParser):
         for match in self.block_re.finditer(text):
             try:
                 calls.extend(self.parse_block(match))
-            except (Malformed, ValueError, TypeError):
+            except UNREADABLE:
                 pass
         return content, calls
 

@@ -11,7 +11,7 @@ import json
 import re
 
 from mtok.parsers.base import (
-    BlockToolParser, Call, Malformed, ToolParser, partial_suffix, tool_names, tool_schema,
+    UNREADABLE, BlockToolParser, Call, Malformed, ToolParser, partial_suffix, tool_names, tool_schema,
 )
 
 
@@ -105,7 +105,7 @@ class KimiK2Parser(BlockToolParser):
             return names[0]
         try:
             keys = set(json.loads(args))
-        except ValueError:
+        except UNREADABLE:
             return None
         best, best_score = None, -1
         for name in names:
@@ -188,7 +188,7 @@ class MistralParser(MarkerToolParser):
         calls = []
         try:
             calls = self.calls_from_json(json.loads(part[start:end]))
-        except (ValueError, Malformed):
+        except UNREADABLE:
             pass
         trailing = part[end:].strip()
         return ((content + " " + trailing).strip() if trailing else content), calls
@@ -209,7 +209,7 @@ class MistralParser(MarkerToolParser):
         end = balanced_json(text, j)
         try:
             return (name, json.loads(text[j:end]), end) if end != -1 else None
-        except ValueError:
+        except UNREADABLE:
             return None
 
 
@@ -242,7 +242,7 @@ class Llama3Parser(ToolParser):
         while idx < len(action):
             try:
                 obj, end = decoder.raw_decode(action[idx:])
-            except ValueError:
+            except UNREADABLE:
                 idx = action.find('{"name":', idx + 1)
                 if idx == -1:
                     break
@@ -252,7 +252,7 @@ class Llama3Parser(ToolParser):
         trailing = action[safe:].strip() if safe < len(action) else ""
         try:
             calls = self.calls_from_json(objs) if objs else []
-        except Malformed:
+        except UNREADABLE:
             calls = []
         return normal + trailing, calls
 

@@ -15,7 +15,7 @@ import ast
 import re
 import warnings
 
-from mtok.parsers.base import Call, ToolParser, dump_args, partial_suffix
+from mtok.parsers.base import UNREADABLE, Call, ToolParser, dump_args, partial_suffix
 
 STRAY = ("<|python_start|>", "<|python_end|>")
 OPEN_RE = re.compile(r"\[[A-Za-z]\w*\(")
@@ -46,13 +46,16 @@ class PythonicParser(ToolParser):
     index_by_call = True
 
     def _span(self, text):
-        """(start, end) of the call list, or None."""
-        for opening in OPEN_RE.finditer(text):
-            if not FIRST_ARG_RE.match(text, opening.end()):
-                continue
-            closes = list(CLOSE_RE.finditer(text, opening.end()))
-            if closes:
-                return opening.start(), closes[-1].end()
+        """(start, end) of the call list, or None: the first ``[name(`` with a
+        ``)`` + ``]`` after it, to the last of those."""
+        last = None
+        for last in CLOSE_RE.finditer(text):
+            pass
+        if last is None:
+            return None
+        for opening in OPEN_RE.finditer(text, 0, last.start()):
+            if FIRST_ARG_RE.match(text, opening.end()):
+                return opening.start(), last.end()
         return None
 
     def parse(self, text):
@@ -66,7 +69,7 @@ class PythonicParser(ToolParser):
                 warnings.simplefilter("ignore")
                 tree = ast.parse(text[span[0]: span[1]])
             node = tree.body[0].value if tree.body and isinstance(tree.body[0], ast.Expr) else None
-        except (SyntaxError, ValueError, MemoryError, RecursionError):
+        except (SyntaxError,) + UNREADABLE:
             node = None
         if not (isinstance(node, ast.List) and all(isinstance(e, ast.Call) for e in node.elts)):
             return content, []
@@ -80,9 +83,9 @@ class PythonicParser(ToolParser):
             if any(isinstance(v, float) and v in (float("inf"), float("-inf")) or v != v
                    for v in _floats(args)):
                 raise ValueError("not a finite number")
-        except (ValueError, TypeError):
+            return Call(node.func.id, dump_args(args))
+        except UNREADABLE:
             return None
-        return Call(node.func.id, dump_args(args))
 
     def stable(self, text):
         """Without a call list the answer is the text as written, with one it is

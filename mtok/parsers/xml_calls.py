@@ -27,7 +27,7 @@ any function name, and with no closed ``<tool_call>`` block at all still reads
 import json
 import re
 
-from mtok.parsers.base import BlockToolParser, Call, dump_args, tool_schema
+from mtok.parsers.base import UNREADABLE, BlockToolParser, Call, dump_args, tool_schema
 from mtok.parsers.schema import literal_eval, schema_properties, schema_type
 
 
@@ -44,7 +44,7 @@ def glm_value(raw, kind):
     for attempt in (lambda: json.loads(raw), lambda: json.loads(json.loads('{"t": "' + raw + '"}')["t"])):
         try:
             value = attempt()
-        except (ValueError, KeyError):
+        except (KeyError,) + UNREADABLE:
             continue
         return (_number(value) if kind == "number" and isinstance(value, str) else value), True
     if kind == "string":
@@ -52,7 +52,7 @@ def glm_value(raw, kind):
         return (raw[1:-1] if quoted else raw), True
     try:
         return literal_eval(raw), True
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+    except (SyntaxError,) + UNREADABLE:
         return raw, True  # SGLang: json.dumps(str(raw)) read back, i.e. the text
 
 
@@ -109,11 +109,11 @@ def coder_value(raw, name, config):
     if kind in ("object", "array", "arr") or kind.startswith(("dict", "list")):
         try:
             return json.loads(raw)
-        except ValueError:
+        except UNREADABLE:
             pass
     try:
         return literal_eval(raw)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+    except (SyntaxError,) + UNREADABLE:
         return raw
 
 
@@ -158,5 +158,8 @@ class Qwen3CoderParser(BlockToolParser):
                 value = value[1:] if value.startswith("\n") else value
                 value = value[:-1] if value.endswith("\n") else value
                 args[key] = coder_value(value, key, config)
-            calls.append(Call(name, dump_args(args)))
+            try:
+                calls.append(Call(name, dump_args(args)))
+            except UNREADABLE:  # nested past what json can write: the call is dropped
+                continue
         return calls
