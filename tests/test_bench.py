@@ -76,6 +76,14 @@ def test_load_starts_its_own_server(tmp_path):
     assert doc["results"]["server"]["kind"] == "mtok"
 
 
+def test_load_streamed_chat_with_tool_calls_through_the_parsers(tmp_path):
+    doc = bench(tmp_path, "load", "--endpoint", "chat-tools", "--stream", "--input-len", "16", "--output-len", "64",
+                "--concurrency", "2", "--server-arg=--chat-template=examples/chat_template_echo_last.jinja",
+                "--server-arg=--tool-call-parser=qwen25", "--server-arg=--reasoning-parser=deepseek-r1", *SHORT)
+    check_load(doc["results"], streamed=True)
+    assert doc["results"]["mean_output_tokens"] == 64
+
+
 def test_sweep_draws_the_curve(tmp_path):
     svg = tmp_path / "curve.svg"
     doc = bench(tmp_path, "sweep", "--workers-list", "1,2", "--input-len", "16", "--output-len", "1",
