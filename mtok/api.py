@@ -20,6 +20,7 @@ from .metrics import merge as merge_metrics
 from .metrics import read as read_metrics
 from .metrics import render as render_metrics
 from .openai_api import OpenAIRoutes, embedding_inputs
+from .parser_api import ParserRoutes
 from .status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
 from .tokenizer_manager import ReqState, TokenizerManager
 from .validate import APIError, bad, check_unknown, get_bool, get_str, parse_generate, require_object, token_list
@@ -32,7 +33,7 @@ def finish_reason(st: ReqState) -> Optional[Dict[str, Any]]:
     return {k: v for k, v in st.finished_reason.items() if k != "status_code"}
 
 
-class Api(OpenAIRoutes, ChatRoutes):
+class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
     def __init__(self, tm: TokenizerManager, board: StatusBoard, slot: int):
         self.tm = tm
         self.board = board

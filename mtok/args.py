@@ -56,6 +56,8 @@ class ServerArgs:
     chat_template: List[str] = field(default_factory=list)
     chat_template_backend: str = "auto"
     log_level: str = "info"
+    tool_call_parser: List[str] = field(default_factory=list)
+    reasoning_parser: List[str] = field(default_factory=list)
 
     @property
     def model_name(self) -> str:
@@ -123,6 +125,12 @@ class ServerArgs:
         a("--chat-template-backend", choices=CHAT_TEMPLATE_BACKENDS, default=d.chat_template_backend,
           help="'jinja2', or 'python' = mtok's own engine; auto = jinja2 when installed (default: %(default)s)")
         a("--log-level", default=d.log_level, help="debug, info, warning, error (default: %(default)s)")
+        a("--tool-call-parser", action="append", default=[], metavar="[MODEL=]NAME",
+          help="SGLang's tool-call parser name (hermes, qwen25, llama3, mistral, ...); "
+               "MODEL= sets it for one --model only; repeatable")
+        a("--reasoning-parser", action="append", default=[], metavar="[MODEL=]NAME",
+          help="SGLang's reasoning parser name (deepseek-r1, qwen3, glm45, kimi, ...); "
+               "MODEL= sets it for one --model only; repeatable")
 
     @classmethod
     def from_cli_args(cls, ns: argparse.Namespace) -> "ServerArgs":
@@ -156,10 +164,26 @@ class ServerArgs:
             else:
                 if len(set(names)) != len(names):
                     problems.append("--model names must be distinct")
+        problems.extend(self._parser_problems())
         if not problems:
             problems.extend(self._check_chat_templates())
         if problems:
             raise ValueError("; ".join(problems))
+
+    def parsers(self) -> "Dict[str, Dict[str, str]]":
+        """{"tool": {model: parser}, "reasoning": {model: parser}} from the two flags."""
+        from .parsers import REASONING_FORMATS, TOOL_PARSERS, per_model
+
+        names = [s.name for s in self.model_specs()]
+        return {"tool": per_model(self.tool_call_parser, names, TOOL_PARSERS, "--tool-call-parser"),
+                "reasoning": per_model(self.reasoning_parser, names, REASONING_FORMATS, "--reasoning-parser")}
+
+    def _parser_problems(self) -> List[str]:
+        try:
+            self.parsers()
+        except ValueError as e:
+            return [str(e)]
+        return []
 
     def _check_chat_templates(self) -> List[str]:
         """Template files that do not exist, and a backend that is not there, are refused before boot."""

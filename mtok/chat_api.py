@@ -32,7 +32,7 @@ TEMPLATE_FIELDS = ("messages", "tools", "documents", "chat_template_kwargs", "ad
                    "continue_final_message")
 CHAT_FIELDS = SAMPLING_FIELDS | set(TEMPLATE_FIELDS) | {
     "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs", "tool_choice", "parallel_tool_calls",
-    "response_format", "reasoning_effort",
+    "response_format", "reasoning_effort", "separate_reasoning", "stream_reasoning",
 }
 TOKENIZE_CHAT_FIELDS = TEMPLATE_FIELDS + ("model", "add_special_tokens")
 TOOL_CHOICES = ("none", "auto", "required")
@@ -63,7 +63,9 @@ class OutputParser:
 
 def make_output_parser(body: Dict[str, Any], model: "ModelEntry", server_args: Any) -> OutputParser:
     """The hook: which parser a chat request's output goes through."""
-    return OutputParser()
+    from .chat_parsing import output_parser_for
+
+    return output_parser_for(body, model.name, server_args) or OutputParser()
 
 
 def _check_chat_only(body: Dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ COMMANDS = {
     "compare": ("mtok.bench.compare", "mtok vs the FastAPI peer, alternately, on one workload; the ratios"),
     "detok": ("mtok.bench.detok", "the detokenizer streaming token by token vs one decode of the same ids"),
     "chat": ("mtok.bench.chat", "chat template render time: mtok's Jinja engine beside jinja2"),
+    "parsers": ("mtok.bench.parsers", "tool-call and reasoning parsing per streamed chunk vs one parse"),
 }
 
 
