@@ -19,8 +19,7 @@ import socket
 import socketserver
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Optional
 from urllib.parse import urlsplit
 
 from .connections import ConnectionWatch, DisconnectWatcher, ReadDeadlines
@@ -38,60 +37,11 @@ from .http_framing import (
     read_headers,
 )
 from .metrics import Metrics
+from .routes import EventStream, Request, Response, collect_routes, route  # noqa: F401 (the apps import them here)
 from .tokenizer_manager import ClientDisconnected
-from .validate import APIError, parse_json
+from .validate import APIError
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Response:
-    body: Any
-    status: int = 200
-    headers: Dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class EventStream:
-    """Server-sent events: each item is a JSON value or a raw string such as '[DONE]'."""
-
-    events: Iterator[Any]
-    headers: Dict[str, str] = field(default_factory=dict)
-
-
-def route(method: str, *paths: str) -> Callable:
-    def mark(fn: Callable) -> Callable:
-        fn.__dict__.setdefault("routes", []).extend((method, p) for p in paths)
-        return fn
-
-    return mark
-
-
-def collect_routes(app: Any) -> Dict[str, Dict[str, Callable]]:
-    """path -> method -> bound handler, from the @route marks on the app's methods."""
-    table: Dict[str, Dict[str, Callable]] = {}
-    for name in dir(type(app)):
-        for method, path in getattr(getattr(type(app), name), "routes", ()):
-            table.setdefault(path, {})[method] = getattr(app, name)
-    return table
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    query: str
-    headers: Any
-    raw: bytes
-    watch: "ConnectionWatch"
-    _json: Any = None
-
-    def json(self) -> Any:
-        if self._json is None:
-            if not self.raw.strip():
-                raise APIError("request body is empty; a JSON object is expected")
-            self._json = parse_json(self.raw)
-        return self._json
 
 
 _JSON = json.JSONEncoder(ensure_ascii=False)  # one encoder, not one per response

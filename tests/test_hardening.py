@@ -334,3 +334,33 @@ def test_a_slow_reader_is_closed_without_a_traceback_or_a_second_status():
         assert srv.get("/health")[0] == 200
     finally:
         srv.stop()
+
+
+def test_a_batch_stops_tokenizing_once_its_client_has_gone():
+    """Between slices of a batch the handler looks at its connection
+    (ConnectionWatch.gone, over a real socket pair) and gives up."""
+    from mtok.connections import ConnectionWatch, DisconnectWatcher
+    from mtok.tokenizer import load_tokenizer
+    from mtok.tokenizer_manager import ENCODE_SLICE, ClientDisconnected, ModelEntry, TokenizerManager
+
+    tok = load_tokenizer()
+    calls = []
+    real = tok.encode_batch
+    tok.encode_batch = lambda texts: calls.append(len(texts)) or real(texts)
+    model = ModelEntry("m", tok, 4096)
+    server_end, client_end = socket.socketpair()
+    watch = ConnectionWatch(DisconnectWatcher(), server_end)
+    texts = ["x y"] * (ENCODE_SLICE * 4)
+    try:
+        assert len(TokenizerManager.encode_batch(model, texts, watch)) == len(texts)  # the client is there
+        assert calls == [ENCODE_SLICE] * 4
+        client_end.sendall(b"GET / HTTP/1.1\r\n")  # bytes it sent do not count as gone
+        assert not watch.gone()
+        server_end.recv(100)
+        client_end.close()
+        calls.clear()
+        with pytest.raises(ClientDisconnected):
+            TokenizerManager.encode_batch(model, texts, watch)
+        assert calls == [ENCODE_SLICE]
+    finally:
+        server_end.close()

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from conftest import wait_for
-from mtok import ipc
+from mtok import ipc, socket_mapping
 from mtok.io_struct import AbortReq, BatchStrOutput, TokenizedGenerateReqInput
 
 pytestmark = pytest.mark.fast
@@ -146,7 +146,7 @@ def test_socket_mapping_opens_lazily_and_reuses(sock_dir):
     names = [ipc.ipc_name(sock_dir, f"w{i}") for i in range(2)]
     rxs = [ipc.Receiver(n, KEY) for n in names]
     try:
-        mapping = ipc.SocketMapping(KEY)
+        mapping = socket_mapping.SocketMapping(KEY)
         assert len(mapping) == 0
         for i in range(5):
             assert mapping.send_output(names[i % 2], AbortReq(rid=str(i)))
@@ -162,7 +162,7 @@ def test_socket_mapping_opens_lazily_and_reuses(sock_dir):
 def test_socket_mapping_survives_a_dead_peer_until_the_supervisor_drops_it(sock_dir, caplog):
     name = ipc.ipc_name(sock_dir, "gone")
     rx = ipc.Receiver(name, KEY)
-    mapping = ipc.SocketMapping(KEY)
+    mapping = socket_mapping.SocketMapping(KEY)
     mapping.send_output(name, AbortReq(rid="1"))
     drain(rx, 1)
     rx.close()  # the worker dies
@@ -193,10 +193,10 @@ def test_a_wedged_peer_is_kept_and_its_pending_steps_are_merged(sock_dir):
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(name)
     listener.listen(1)  # accepts nothing, answers nothing: a stopped process
-    mapping = ipc.SocketMapping(KEY)
+    mapping = socket_mapping.SocketMapping(KEY)
     try:
         assert all(mapping.send_output(name, step([("a", "x"), ("b", "y")])) for _ in range(20000))
-        assert name in mapping and mapping._mapping[name].pending < ipc._Peer.MERGE_AT
+        assert name in mapping and mapping._mapping[name].pending < socket_mapping._Peer.MERGE_AT
     finally:
         listener.close()
 
@@ -205,7 +205,7 @@ def test_merge_outputs_concatenates_per_request_and_keeps_a_reused_rid_apart():
     msgs = [step([("a", "he"), ("b", "x")]), step([("a", "llo")], finished={"a"}), AbortReq(rid="z"),
             step([("a", "new"), ("b", "y")]), step([("b", "z")], finished={"b"})]
     before = [m.output_strs[:] for m in msgs if isinstance(m, BatchStrOutput)]
-    merged = ipc.merge_outputs(msgs)
+    merged = socket_mapping.merge_outputs(msgs)
     assert [type(m).__name__ for m in merged] == ["BatchStrOutput", "AbortReq", "BatchStrOutput"]
     assert merged[0].rids == ["a", "b"] and merged[0].output_strs == ["hello", "x"]
     assert merged[0].finished_reasons == [{"type": "stop"}, None] and merged[0].output_ids == [[2, 3], [1]]
