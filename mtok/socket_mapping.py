@@ -40,6 +40,7 @@ class _Peer:
         self.name = name
         self._sender = Sender(name, authkey)
         self._pending: List[Any] = []
+        self._merge_at = self.MERGE_AT  # grows if what is pending does not merge (not step outputs)
         self._cond = threading.Condition()
         self._on_gone = on_gone
         self.alive = True
@@ -50,8 +51,9 @@ class _Peer:
             if not self.alive:
                 return False
             self._pending.append(obj)
-            if len(self._pending) >= self.MERGE_AT:
+            if len(self._pending) >= self._merge_at:
                 self._pending = merge_outputs(self._pending)
+                self._merge_at = max(self.MERGE_AT, 2 * len(self._pending))
             self._cond.notify()
         return True
 
@@ -66,6 +68,7 @@ class _Peer:
             if not self.alive:
                 return None
             batch, self._pending = merge_outputs(self._pending), []
+            self._merge_at = self.MERGE_AT
             return batch
 
     def _run(self) -> None:
