@@ -222,7 +222,7 @@ def test_hangup_after_pipelined_bytes_aborts_the_request():
         wait_for(lambda: num_running(srv) == 1, what="the request to run")
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         s.close()
-        wait_for(lambda: num_running(srv) == 0, timeout=5, what="the request to be aborted")
+        wait_for(lambda: num_running(srv) == 0, timeout=10, what="the request to be aborted")
     finally:
         srv.stop()
 
@@ -233,6 +233,8 @@ def refused(srv) -> bool:
         socket.create_connection((srv.host, srv.port), timeout=2).close()
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:  # the socket closed during this handshake: look again
+        return False
     return False
 
 
@@ -245,7 +247,7 @@ def test_sigterm_refuses_new_connections_at_once_and_sigint_stops_the_drain(work
             "max_new_tokens": 5000, "ignore_eos": True}}))
         assert c.getresponse().status == 200
         os.kill(srv.pid, signal.SIGTERM)
-        wait_for(lambda: refused(srv), timeout=5, what="new connections to be refused")
+        wait_for(lambda: refused(srv), timeout=10, what="new connections to be refused")
         assert srv.proc.poll() is None  # still draining
         t0 = time.monotonic()
         os.kill(srv.pid, signal.SIGINT)
