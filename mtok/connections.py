@@ -132,8 +132,13 @@ class ConnectionWatch:
         self._watcher.remove(self._sock)
 
     def gone(self) -> bool:
-        """Has the client closed its end?  (Bytes it sent since hide that; then False.)"""
+        """Has the client closed its end?  (Bytes it sent since hide that; then False.)
+        Polled first: a socket with a timeout would wait that long in recv."""
         try:
+            poller = select.poll()
+            poller.register(self._sock.fileno(), select.POLLIN)
+            if not poller.poll(0):
+                return False
             return self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
         except BlockingIOError:
             return False

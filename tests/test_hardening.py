@@ -206,7 +206,7 @@ def test_prompts_per_request_are_bounded_and_dedup_is_linear():
         status, body = srv.post("/generate", {"input_ids": [[1]] * 3000, "rid": rids,
                                               "sampling_params": {"max_new_tokens": 1}})
         assert status == 400 and body["error"]["param"] == "rid", body
-        status, body = srv.post("/generate", {"input_ids": [[1]] * 3000, "sampling_params": {"max_new_tokens": 1}})
+        status, body = srv.post("/generate", {"text": ["x y"] * 3000, "sampling_params": {"max_new_tokens": 1}})
         assert status == 200 and len(body) == 3000
     finally:
         srv.stop()
@@ -351,6 +351,7 @@ def test_a_batch_stops_tokenizing_once_its_client_has_gone():
     tok.encode_batch = lambda texts: calls.append(len(texts)) or real(texts)
     model = ModelEntry("m", tok, 4096)
     server_end, client_end = socket.socketpair()
+    server_end.settimeout(30)  # as a handler's socket has (--http-timeout)
     watch = ConnectionWatch(DisconnectWatcher(), server_end)
     texts = ["x y"] * (ENCODE_SLICE * 4)
     try:
