@@ -18,9 +18,6 @@ import pytest
 
 from conftest import Server, free_port, wait_for
 
-pytestmark = pytest.mark.fast
-
-
 def num_running(srv) -> int:
     return srv.info()["scheduler"]["num_running"]
 
@@ -90,6 +87,7 @@ def test_a_stopped_worker_gets_every_result_after_it_resumes():
         srv.stop()
 
 
+@pytest.mark.fast
 def test_a_request_that_outlives_the_deadline_gets_an_error():
     srv = Server("--engine-step-delay", "0.2", "--request-timeout", "1")
     try:
@@ -107,6 +105,7 @@ def test_a_request_that_outlives_the_deadline_gets_an_error():
 
 
 # -- 3: request ids ------------------------------------------------------------------
+@pytest.mark.fast
 def test_generated_ids_are_unguessable_and_reserved():
     srv = Server("--engine-step-delay", "0.05")
     try:
@@ -134,6 +133,7 @@ def test_generated_ids_are_unguessable_and_reserved():
         srv.stop()
 
 
+@pytest.mark.fast
 def test_the_api_key_holder_sees_request_ids():
     srv = Server("--api-key", "k", "--engine-step-delay", "0.05")
     try:
@@ -150,6 +150,7 @@ def test_the_api_key_holder_sees_request_ids():
 
 
 # -- 5: one rid on two workers ---------------------------------------------------------
+@pytest.mark.fast
 def test_a_duplicate_rid_on_another_worker_leaves_the_first_intact():
     srv = Server("--tokenizer-worker-num", "2", "--engine-step-delay", "0.03")
     try:
@@ -173,6 +174,7 @@ def test_a_duplicate_rid_on_another_worker_leaves_the_first_intact():
 
 
 # -- 4: stop strings ------------------------------------------------------------------
+@pytest.mark.fast
 def test_stop_strings_are_bounded_in_number_and_length():
     srv = Server("--max-stop-strings", "8", "--max-stop-chars", "100")
     try:
@@ -186,6 +188,7 @@ def test_stop_strings_are_bounded_in_number_and_length():
         srv.stop()
 
 
+@pytest.mark.fast
 def test_default_stop_limit_refuses_a_flood():
     srv = Server()
     try:
@@ -196,6 +199,7 @@ def test_default_stop_limit_refuses_a_flood():
 
 
 # -- 7: huge batches -----------------------------------------------------------------
+@pytest.mark.fast
 @pytest.mark.timeout(60)
 def test_prompts_per_request_are_bounded_and_dedup_is_linear():
     srv = Server("--max-prompts-per-request", "3000", "--max-queued-requests", "10000")
@@ -213,6 +217,7 @@ def test_prompts_per_request_are_bounded_and_dedup_is_linear():
 
 
 # -- 9: hang-up behind pipelined bytes -------------------------------------------------
+@pytest.mark.fast
 def test_hangup_after_pipelined_bytes_aborts_the_request():
     srv = Server("--engine-step-delay", "0.05")
     try:
@@ -238,6 +243,7 @@ def refused(srv) -> bool:
     return False
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sigterm_refuses_new_connections_at_once_and_sigint_stops_the_drain(workers):
     srv = Server("--tokenizer-worker-num", str(workers), "--engine-step-delay", "0.05", "--graceful-timeout", "60")
@@ -259,6 +265,7 @@ def test_sigterm_refuses_new_connections_at_once_and_sigint_stops_the_drain(work
 
 
 # -- 12: a second server on a reuseport port ---------------------------------------------
+@pytest.mark.fast
 def test_reuseport_refuses_a_port_already_served():
     port = free_port()
     first = Server("--tokenizer-worker-num", "2", "--listen-mode", "reuseport", "--port", str(port))
@@ -276,6 +283,7 @@ def test_reuseport_refuses_a_port_already_served():
 
 
 # -- 13: the API key out of argv ---------------------------------------------------------
+@pytest.mark.fast
 def test_api_key_from_a_file_or_the_environment(tmp_path):
     key_file = tmp_path / "key"
     key_file.write_text("from-file\n")
@@ -293,6 +301,7 @@ def test_api_key_from_a_file_or_the_environment(tmp_path):
 
 
 # -- 14: smaller ---------------------------------------------------------------------
+@pytest.mark.fast
 def test_a_dead_detokenizer_is_logged_once():
     srv = Server("--engine-step-delay", "0")
     try:
@@ -307,6 +316,7 @@ def test_a_dead_detokenizer_is_logged_once():
         srv.stop()
 
 
+@pytest.mark.fast
 def test_a_slow_reader_is_closed_without_a_traceback_or_a_second_status():
     srv = Server("--http-timeout", "1", "--engine-step-delay", "0.001")
     try:
@@ -338,6 +348,7 @@ def test_a_slow_reader_is_closed_without_a_traceback_or_a_second_status():
         srv.stop()
 
 
+@pytest.mark.fast
 def test_a_batch_stops_tokenizing_once_its_client_has_gone():
     """Between slices of a batch the handler looks at its connection
     (ConnectionWatch.gone, over a real socket pair) and gives up."""
