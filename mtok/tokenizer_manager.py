@@ -224,20 +224,11 @@ class TokenizerManager:
             for r in reqs:
                 self._send(r)
             while len(done) < len(states):
-                # Most requests are answered within milliseconds; only those
-                # still waiting are worth watching for a client hang-up.
-                wait = deadline - time.monotonic()
-                if watch is not None and not watching:
-                    wait = min(wait, WATCH_AFTER)
-                try:
-                    st = mailbox.get(timeout=None if wait == float("inf") else max(0.0, wait))
-                except queue.Empty:
+                st, watching = self._next(mailbox, deadline, watch, watching)
+                if st is None:
                     if time.monotonic() >= deadline:
                         self._expire(states, done)
                         deadline = float("inf")
-                    elif watch is not None and not watching:
-                        watch.start(lambda: mailbox.put(_DISCONNECTED))
-                        watching = True
                     continue
                 if st is _DISCONNECTED:
                     raise ClientDisconnected()
@@ -258,6 +249,23 @@ class TokenizerManager:
             for st in states:
                 if self.rid_to_state.pop(st.rid, None) is not None and st.rid not in done:
                     self.abort_request(st.rid)
+
+    @staticmethod
+    def _next(mailbox: "queue.SimpleQueue[Any]", deadline: float, watch: Optional[Any], watching: bool
+              ) -> "tuple[Any, bool]":
+        """The next state to arrive, or None when the wait ends without one.
+        Most requests are answered within milliseconds; only those still
+        waiting after WATCH_AFTER are worth watching for a client hang-up."""
+        wait = deadline - time.monotonic()
+        if watch is not None and not watching:
+            wait = min(wait, WATCH_AFTER)
+        try:
+            return mailbox.get(timeout=None if wait == float("inf") else max(0.0, wait)), watching
+        except queue.Empty:
+            if watch is not None and not watching and time.monotonic() < deadline:
+                watch.start(lambda: mailbox.put(_DISCONNECTED))
+                watching = True
+            return None, watching
 
     def _expire(self, states: List[ReqState], done: set) -> None:
         """The server-side deadline passed: what is unfinished fails with 504."""
