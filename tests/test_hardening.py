@@ -123,7 +123,7 @@ def test_generated_ids_are_unguessable_and_reserved():
         # Nobody can list another client's ids without the API key.
         done = threading.Event()
         t = threading.Thread(target=lambda: (srv.post("/generate", {"text": "x", "sampling_params": {
-            "max_new_tokens": 60, "ignore_eos": True}}), done.set()))
+            "max_new_tokens": 120, "ignore_eos": True}}), done.set()))
         t.start()
         wait_for(lambda: num_running(srv) == 1, what="a running request")
         sched = srv.info()["scheduler"]
@@ -139,7 +139,7 @@ def test_the_api_key_holder_sees_request_ids():
     try:
         auth = {"Authorization": "Bearer k"}
         t = threading.Thread(target=lambda: srv.post("/generate", {"text": "x", "rid": "visible", "sampling_params": {
-            "max_new_tokens": 40, "ignore_eos": True}}, headers=auth))
+            "max_new_tokens": 120, "ignore_eos": True}}, headers=auth))
         t.start()
         wait_for(lambda: srv.get("/get_server_info", headers=auth)[1]["scheduler"]["num_running"] == 1,
                  what="a running request")
