@@ -204,6 +204,9 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
             scheduler = self.tm.rpc("get_state")
         except APIError as e:
             scheduler = {"error": e.message}
+        if not self.args.api_key:  # request ids are for the key's holder only
+            scheduler.pop("running_rids", None)
+            scheduler.pop("waiting_rids", None)
         main_pid = os.getppid() if self.args.tokenizer_worker_num > 1 else os.getpid()
         return {
             "version": __version__,

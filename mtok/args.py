@@ -52,6 +52,10 @@ class ServerArgs:
     worker_timeout: float = 30.0
     graceful_timeout: float = 30.0
     http_timeout: float = 60.0
+    request_timeout: float = 600.0
+    max_prompts_per_request: int = 4096
+    max_stop_strings: int = 256
+    max_stop_chars: int = 16384
     listen_mode: str = "auto"
     chat_template: List[str] = field(default_factory=list)
     chat_template_backend: str = "auto"
@@ -109,13 +113,24 @@ class ServerArgs:
           help="largest HTTP body accepted (default: %(default)s)")
         a("--max-connections", type=int, default=d.max_connections,
           help="open client connections per worker; more get 503 (default: %(default)s)")
-        a("--api-key", default=None, help="require 'Authorization: Bearer KEY' on all endpoints but /health")
+        a("--api-key", default=None, help="require 'Authorization: Bearer KEY' on all endpoints but /health "
+          "(visible to ps: prefer --api-key-file or MTOK_API_KEY)")
+        a("--api-key-file", default=None, metavar="PATH", help="read the API key from this file's first line")
         a("--worker-timeout", type=float, default=d.worker_timeout,
           help="seconds without a heartbeat before a worker is replaced (default: %(default)s)")
         a("--graceful-timeout", type=float, default=d.graceful_timeout,
           help="seconds SIGTERM waits for requests in flight (default: %(default)s)")
         a("--http-timeout", type=float, default=d.http_timeout,
-          help="seconds a client may take to send a request (default: %(default)s)")
+          help="seconds a client may take to send a request, or to take a piece of its response "
+               "(default: %(default)s)")
+        a("--request-timeout", type=float, default=d.request_timeout,
+          help="seconds a request may run before it fails with 504 (default: %(default)s)")
+        a("--max-prompts-per-request", type=int, default=d.max_prompts_per_request,
+          help="prompts in one batch request (default: %(default)s)")
+        a("--max-stop-strings", type=int, default=d.max_stop_strings,
+          help="stop strings in one request (default: %(default)s)")
+        a("--max-stop-chars", type=int, default=d.max_stop_chars,
+          help="characters in all of a request's stop strings together (default: %(default)s)")
         a("--listen-mode", choices=("auto", "reuseport", "shared"), default=d.listen_mode,
           help="how workers share the port: one inherited socket ('shared', what auto picks) or "
                "one SO_REUSEPORT socket each (default: %(default)s)")
@@ -135,7 +150,9 @@ class ServerArgs:
     @classmethod
     def from_cli_args(cls, ns: argparse.Namespace) -> "ServerArgs":
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in vars(ns).items() if k in names})
+        args = cls(**{k: v for k, v in vars(ns).items() if k in names})
+        args.api_key = resolve_api_key(args.api_key, getattr(ns, "api_key_file", None))
+        return args
 
     def check(self) -> None:
         """Refuse settings that cannot work, with a message a user can act on."""
@@ -144,10 +161,11 @@ class ServerArgs:
             problems.append("--tokenizer-worker-num must be at least 1")
         if not 0 <= self.port <= 65535:
             problems.append("--port must be in 0..65535")
-        for name in ("max_running_requests", "max_queued_requests", "max_request_bytes", "max_connections"):
+        for name in ("max_running_requests", "max_queued_requests", "max_request_bytes", "max_connections",
+                     "max_prompts_per_request", "max_stop_strings", "max_stop_chars"):
             if getattr(self, name) < 1:
                 problems.append(f"--{name.replace('_', '-')} must be positive")
-        for name in ("worker_timeout", "graceful_timeout", "http_timeout"):
+        for name in ("worker_timeout", "graceful_timeout", "http_timeout", "request_timeout"):
             if getattr(self, name) <= 0:
                 problems.append(f"--{name.replace('_', '-')} must be positive")
         if self.engine_step_delay < 0:
@@ -205,6 +223,26 @@ class ServerArgs:
                 problems.append(f"--chat-template {f}: no such file"
                                 + (f" (and no model is named {name!r})" if name else ""))
         return problems
+
+
+API_KEY_ENV = "MTOK_API_KEY"
+
+
+def resolve_api_key(flag: Optional[str], path: Optional[str]) -> Optional[str]:
+    """--api-key, else --api-key-file's first line, else $MTOK_API_KEY, else none.
+    The flag is visible to every local user (``ps``); the other two are not."""
+    if flag is not None and path is not None:
+        raise ValueError("give --api-key or --api-key-file, not both")
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                key = f.readline().strip()
+        except OSError as e:
+            raise ValueError(f"--api-key-file {path}: {e.strerror or e}") from None
+        if not key:
+            raise ValueError(f"--api-key-file {path} is empty")
+        return key
+    return flag if flag is not None else (os.environ.get(API_KEY_ENV) or None)
 
 
 @dataclass

@@ -30,7 +30,7 @@ from typing import Any, List, Optional
 
 from .args import PortArgs, ServerArgs, args_shm_name, remove_stale_segments, unlink_shm, write_args
 from .detokenizer import run_detokenizer_process
-from .http_server import make_listen_socket, reuseport_available
+from .listen import claim_reuseport, make_listen_socket, reuseport_available
 from .io_struct import ServerFailure
 from .ipc import ipc_name
 from .procutil import configure_logging
@@ -166,8 +166,10 @@ class Arbiter:
         if not self.shared_sock and not reuseport_available():
             raise BootError("--listen-mode reuseport: this platform has no SO_REUSEPORT")
         try:
-            self.listen_sock = make_listen_socket(args.host, args.port, reuseport=not self.shared_sock,
-                                                  listen=self.shared_sock)
+            if self.shared_sock:
+                self.listen_sock = make_listen_socket(args.host, args.port, reuseport=False)
+            else:
+                self.listen_sock = claim_reuseport(args.host, args.port)
         except OSError as e:
             raise BootError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
         if self.shared_sock and n > 1:
@@ -338,18 +340,42 @@ class Arbiter:
         if self.board is not None and self.board.state != ServerState.FAILED:
             self.board.state = ServerState.STOPPING
         timeout = self.args.graceful_timeout if timeout is None else timeout
+        # New connections are refused from now on: the workers close their
+        # copies of the listening socket as they stop, and this is the last.
+        if self.listen_sock is not None:
+            self.listen_sock.close()
         if self.frontend is not None:
             self.frontend.stop_accepting()
             if graceful:
-                self.frontend.drain(timeout)
+                self.frontend.drain(timeout, self._interrupted)
         live = [w.process for w in self.workers if w.process.is_alive()]
+        graceful = graceful and not self._interrupted()
         for p in live:
             _signal(p, signal.SIGTERM if graceful else signal.SIGQUIT)
-        _reap(live, (timeout if graceful else 0) + STOP_TIMEOUT)
+        if graceful:
+            self._await_workers(live, timeout + STOP_TIMEOUT)
+        else:
+            _reap(live, STOP_TIMEOUT)
         core = [c.process for c in self.core]
         for p in core:
             _signal(p, signal.SIGTERM)
         _reap(core, STOP_TIMEOUT)
+
+    def _interrupted(self) -> bool:
+        """A SIGINT or SIGQUIT during a graceful stop: stop at once after all."""
+        return any(s != signal.SIGTERM for s in self.signals)
+
+    def _await_workers(self, procs: List[Any], timeout: float) -> None:
+        """Wait for draining workers; a SIGINT or SIGQUIT meanwhile stops them at once."""
+        deadline = time.monotonic() + timeout
+        while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+            if self._interrupted():
+                for p in procs:
+                    _signal(p, signal.SIGQUIT)
+                break
+            wait([p.sentinel for p in procs if p.is_alive()] + [self._sig_r], 0.25)
+            self._drain_signal_pipe()
+        _reap(procs, STOP_TIMEOUT)
 
     def teardown(self) -> None:
         if self.router is not None:
@@ -388,8 +414,8 @@ def _reap(procs: List[Any], timeout: float) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mtok.serve", description="Serve an LLM frontend.")
     ServerArgs.add_cli_args(parser)
-    args = ServerArgs.from_cli_args(parser.parse_args(argv))
     try:
+        args = ServerArgs.from_cli_args(parser.parse_args(argv))
         args.check()
     except ValueError as e:
         parser.error(str(e))
