@@ -138,6 +138,8 @@ class Arbiter:
         self.port_args: Optional[PortArgs] = None
         self.args_ref = ""  # what children read their arguments from: a segment name, or the JSON itself
         self.shared_sock = False
+        self._sig_r: Any = None
+        self._sig_w: Any = None
 
     # -- set-up ----------------------------------------------------------------------
     def run(self) -> int:
@@ -218,11 +220,7 @@ class Arbiter:
                 shutil.rmtree(path, ignore_errors=True)
 
     def boot(self) -> None:
-        for role, slot, target in (
-            ("scheduler", SCHEDULER_SLOT, run_scheduler_process),
-            ("detokenizer", DETOKENIZER_SLOT, run_detokenizer_process),
-        ):
-            self.core.append(self._spawn(role, slot, target, (self.args_ref, self.authkey, self.pid)))
+        self.spawn_core()
         if self.args.tokenizer_worker_num == 1:
             self._boot_single()
         else:
@@ -241,6 +239,13 @@ class Arbiter:
             f"engine={self.args.engine}, tokenizer={self.args.tokenizer_path or 'built-in'})",
             flush=True,
         )
+
+    def spawn_core(self) -> None:
+        for role, slot, target in (
+            ("scheduler", SCHEDULER_SLOT, run_scheduler_process),
+            ("detokenizer", DETOKENIZER_SLOT, run_detokenizer_process),
+        ):
+            self.core.append(self._spawn(role, slot, target, (self.args_ref, self.authkey, self.pid)))
 
     def _boot_single(self) -> None:
         from .tokenizer_manager import TokenizerManager
@@ -389,7 +394,8 @@ class Arbiter:
         unlink_shm(self.args_shm)
         if self.sock_dir:
             shutil.rmtree(self.sock_dir, ignore_errors=True)
-        signal.set_wakeup_fd(-1)
+        if self._sig_w is not None:
+            signal.set_wakeup_fd(-1)
 
 
 def _signal(proc: Any, sig: int) -> None:
