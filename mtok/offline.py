@@ -50,6 +50,10 @@ class _Pipeline(Arbiter):
     every request at once if a core process dies."""
 
     closing = False
+    # Segments are named by pid, and a process may hold several engines; each
+    # engine's socket directory is its own, so its board lives there as a file
+    # and its arguments ride the process-start pipe.
+    use_shared_memory = False
 
     def open_listener(self) -> None:
         pass

@@ -120,6 +120,7 @@ class Child:
 
 class Arbiter:
     SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+    use_shared_memory = True  # segments are named by pid: one Arbiter per process may use them
 
     def __init__(self, args: ServerArgs):
         self.args = args
@@ -197,7 +198,7 @@ class Arbiter:
         """The arguments and the status board, in shared memory where the host
         has it; else the arguments ride the process-start pipe and the board is
         a file mapped in the private socket directory."""
-        shm = shared_memory_usable()
+        shm = self.use_shared_memory and shared_memory_usable()
         if not shm:
             logger.info("no usable shared memory: the status board is a file in %s", self.sock_dir)
         self.port_args = PortArgs.in_dir(self.sock_dir, status_shm_name(self.pid) if shm else "")
