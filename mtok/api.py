@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from urllib.parse import parse_qs
 
 from . import __version__
+from .chat_api import ChatRoutes
 from .http_server import EventStream, Request, Response, route
 from .io_struct import GenerateReqInput, SamplingParams
 from .metrics import merge as merge_metrics
@@ -31,7 +32,7 @@ def finish_reason(st: ReqState) -> Optional[Dict[str, Any]]:
     return {k: v for k, v in st.finished_reason.items() if k != "status_code"}
 
 
-class Api(OpenAIRoutes):
+class Api(OpenAIRoutes, ChatRoutes):
     def __init__(self, tm: TokenizerManager, board: StatusBoard, slot: int):
         self.tm = tm
         self.board = board
@@ -132,6 +133,8 @@ class Api(OpenAIRoutes):
     @route("POST", "/tokenize", "/v1/tokenize")
     def tokenize(self, req: Request) -> Any:
         body = require_object(req.json())
+        if "messages" in body:
+            return self.tokenize_chat(body)
         check_unknown(body, ("prompt", "add_special_tokens", "model"))
         model = self.tm.model(get_str(body, "model"))
         prompt = body.get("prompt")

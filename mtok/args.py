@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
+from .chat import BACKENDS as CHAT_TEMPLATE_BACKENDS
 from .filemem import FileSegment, is_file_segment
 from .ipc import ipc_name
 
@@ -59,6 +60,8 @@ class ServerArgs:
     graceful_timeout: float = 30.0
     http_timeout: float = 60.0
     listen_mode: str = "auto"
+    chat_template: List[str] = field(default_factory=list)
+    chat_template_backend: str = "auto"
     log_level: str = "info"
 
     @property
@@ -121,6 +124,11 @@ class ServerArgs:
         a("--listen-mode", choices=("auto", "reuseport", "shared"), default=d.listen_mode,
           help="how workers share the port: one inherited socket ('shared', what auto picks) or "
                "one SO_REUSEPORT socket each (default: %(default)s)")
+        a("--chat-template", dest="chat_template", action="append", default=[], metavar="[NAME=]FILE",
+          help="the chat template: a .jinja file, or a .json file holding it; NAME= for one model of "
+               "several (default: the model's chat_template.jinja, else its tokenizer_config.json)")
+        a("--chat-template-backend", choices=CHAT_TEMPLATE_BACKENDS, default=d.chat_template_backend,
+          help="'jinja2', or 'python' = mtok's own engine; auto = jinja2 when installed (default: %(default)s)")
         a("--log-level", default=d.log_level, help="debug, info, warning, error (default: %(default)s)")
 
     @classmethod
@@ -155,8 +163,31 @@ class ServerArgs:
             else:
                 if len(set(names)) != len(names):
                     problems.append("--model names must be distinct")
+        if not problems:
+            problems.extend(self._check_chat_templates())
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _check_chat_templates(self) -> List[str]:
+        """Template files that do not exist, and a backend that is not there, are refused before boot."""
+        from .chat import TemplateError, resolve_backend
+        from .chat_templates import ChatTemplateFileError, template_flags
+
+        problems = []
+        try:
+            resolve_backend(self.chat_template_backend)
+        except TemplateError as e:
+            problems.append(f"--chat-template-backend: {e}")
+        try:
+            files = template_flags(self.chat_template, [s.name for s in self.model_specs()])
+        except (ChatTemplateFileError, ValueError) as e:
+            return problems + [str(e)]
+        for f in sorted(set(files.values())):
+            if not os.path.isfile(f):
+                name = f.partition("=")[0] if "=" in f else None
+                problems.append(f"--chat-template {f}: no such file"
+                                + (f" (and no model is named {name!r})" if name else ""))
+        return problems
 
 
 @dataclass

@@ -29,12 +29,14 @@ from .validate import (
 if TYPE_CHECKING:
     from .tokenizer_manager import ReqState
 
-COMPLETION_FIELDS = {
-    "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs",
-    "echo", "stop", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "user", "seed",
-    "suffix", "min_tokens", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-    "stop_token_ids", "top_k", "min_p", "repetition_penalty", "include_stop_str_in_output",
+# The fields parse_openai_sampling reads, shared by both routes.
+SAMPLING_FIELDS = {
+    "model", "temperature", "top_p", "n", "stream", "stream_options", "stop", "presence_penalty",
+    "frequency_penalty", "best_of", "logit_bias", "user", "seed", "min_tokens", "ignore_eos", "skip_special_tokens",
+    "spaces_between_special_tokens", "stop_token_ids", "top_k", "min_p", "repetition_penalty",
+    "include_stop_str_in_output",
 }
+COMPLETION_FIELDS = SAMPLING_FIELDS | {"prompt", "max_tokens", "logprobs", "echo", "suffix"}
 
 
 def parse_prompt(prompt: Any, obj: GenerateReqInput) -> None:
@@ -60,20 +62,30 @@ def parse_completion(body: Any) -> "tuple[GenerateReqInput, bool]":
         raise bad(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))}", sorted(unknown)[0])
     if "prompt" not in body:
         raise bad("'prompt' is required", "prompt")
-    if get_int(body, "n", 1, 1, 1) != 1 or get_int(body, "best_of", 1, 1, 1) != 1:
-        raise bad("only n = 1 is supported", "n")
     if body.get("logprobs") is not None:
         raise bad("'logprobs' is not supported", "logprobs")
     if get_bool(body, "echo", False):
         raise bad("'echo' is not supported", "echo")
     if body.get("suffix") is not None:
         raise bad("'suffix' is not supported", "suffix")
+    sp, include_usage = parse_openai_sampling(body, get_int(body, "max_tokens", 16, 1))  # type: ignore[arg-type]
+    obj = GenerateReqInput(sampling_params=sp, stream=get_bool(body, "stream", False), model=get_str(body, "model"))
+    parse_prompt(body["prompt"], obj)
+    return obj, include_usage
+
+
+def parse_openai_sampling(body: Dict[str, Any], max_tokens: int) -> "tuple[SamplingParams, bool]":
+    """The sampling fields /v1/completions and /v1/chat/completions share (OpenAI's,
+    SGLang's and vLLM's extras), and ``stream_options.include_usage``.  The caller
+    says how many tokens at most: the two routes name and default that differently."""
+    if get_int(body, "n", 1, 1, 1) != 1 or get_int(body, "best_of", 1, 1, 1) != 1:
+        raise bad("only n = 1 is supported", "n")
     opts = body.get("stream_options")
     if opts is not None and not isinstance(opts, dict):
         raise bad("'stream_options' must be an object", "stream_options")
     include_usage = get_bool(opts or {}, "include_usage", False, "stream_options.include_usage")
     sp = SamplingParams(
-        max_new_tokens=get_int(body, "max_tokens", 16, 1),  # type: ignore[arg-type]
+        max_new_tokens=max_tokens,
         min_new_tokens=get_int(body, "min_tokens", 0, 0),  # type: ignore[arg-type]
         stop=stop_list(body.get("stop"), "stop"),
         stop_token_ids=token_list(body.get("stop_token_ids") or [], "stop_token_ids"),
@@ -93,9 +105,7 @@ def parse_completion(body: Any) -> "tuple[GenerateReqInput, bool]":
     if body.get("logit_bias") is not None and not isinstance(body["logit_bias"], dict):
         raise bad("'logit_bias' must be an object", "logit_bias")
     get_str(body, "user")
-    obj = GenerateReqInput(sampling_params=sp, stream=get_bool(body, "stream", False), model=get_str(body, "model"))
-    parse_prompt(body["prompt"], obj)
-    return obj, include_usage
+    return sp, include_usage
 
 
 def base64_floats(vec: List[float]) -> str:

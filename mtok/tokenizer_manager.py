@@ -18,10 +18,11 @@ import queue
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
 from .args import PortArgs, ServerArgs
+from .chat_templates import ModelChat, load_chats
 from .io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
@@ -107,6 +108,8 @@ class TokenizerManager:
                                server_args.context_length or tokenizers[s.name].max_model_len or DEFAULT_CONTEXT_LENGTH)
             for s in specs
         }
+        for name, chat in load_chats(server_args, tokenizers).items():
+            self.models[name].chat = chat
         self.default_model = self.models[specs[0].name]
         self._rid_prefix = uuid.uuid4().hex[:16]
         self._rid_counter = itertools.count()
@@ -362,6 +365,7 @@ class ModelEntry:
     name: str
     tokenizer: Tokenizer
     context_length: int
+    chat: ModelChat = field(default_factory=lambda: ModelChat(None))  # its chat template(s), if any
 
     def check_ids(self, seqs: List[List[int]], param: str) -> None:
         n = self.tokenizer.vocab_size

@@ -115,6 +115,15 @@ def test_detok(tmp_path):
     assert all(r["same_text"] and r["stream_ms"] > 0 and r["one_shot_ms"] > 0 for r in rows)
 
 
+@pytest.mark.fast
+def test_chat(tmp_path):
+    doc = bench(tmp_path, "chat", "--seconds", "0.02", "--repeat", "1")
+    rows = doc["results"]
+    assert {r["conversation"] for r in rows} == {"3-turn", "tools"}
+    assert all(r["us_per_render"] > 0 and r["same_output"] for r in rows)
+    assert {r["backend"] for r in rows} >= {"python"}
+
+
 def peer_python() -> str:
     """An interpreter with the peer's packages: this one, or $MTOK_PEER_PYTHON."""
     python = os.environ.get("MTOK_PEER_PYTHON", sys.executable)
@@ -153,7 +162,7 @@ def test_tokenizer_command_still_dispatches():
     proc = subprocess.run([sys.executable, "-m", "mtok.bench"], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     names: List[str] = [line.split()[0] for line in proc.stdout.splitlines()[3:] if line.strip()]
-    assert {"tokenizer", "load", "sweep", "transport", "soak", "compare", "detok", "offline"} <= set(names)
+    assert {"tokenizer", "load", "sweep", "transport", "soak", "compare", "detok", "offline", "chat"} <= set(names)
 
 
 # -- pieces, without a server ---------------------------------------------------------

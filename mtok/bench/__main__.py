@@ -18,6 +18,7 @@ COMMANDS = {
     "compare": ("mtok.bench.compare", "mtok vs the FastAPI peer, alternately, on one workload; the ratios"),
     "detok": ("mtok.bench.detok", "the detokenizer streaming token by token vs one decode of the same ids"),
     "offline": ("mtok.bench.offline", "one batch through mtok.Engine beside the same prompts over HTTP"),
+    "chat": ("mtok.bench.chat", "chat template render time: mtok's Jinja engine beside jinja2"),
 }
 
 

@@ -36,6 +36,8 @@ class TokenizerFiles:
     eos_tokens: List[str] = field(default_factory=list)
     bos_token: Optional[str] = None
     model_max_length: Optional[int] = None
+    directory: Optional[str] = None  # set when the path was a directory: its side files were read
+    config: Dict[str, Any] = field(default_factory=dict)  # special_tokens_map.json, then tokenizer_config.json
 
     @classmethod
     def locate(cls, path: Optional[str]) -> "TokenizerFiles":
@@ -49,6 +51,7 @@ class TokenizerFiles:
             raise TokenizerError(f"no tokenizer.json at {path!r}")
         files = cls(json_path)
         if os.path.isdir(path):
+            files.directory = directory
             files._read_side_files(directory)
         return files
 
@@ -62,6 +65,7 @@ class TokenizerFiles:
                 continue
             if isinstance(loaded, dict):
                 config.update(loaded)
+        self.config = config
         eos = _token_content(config.get("eos_token"))
         if eos:
             self.eos_tokens = [eos]

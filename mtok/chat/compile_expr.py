@@ -1,0 +1,171 @@
+"""Expression code generation of mtok's Jinja engine (a mixin of the compiler).
+
+Each template expression becomes one Python expression string, evaluated in the
+generated render function.  Attribute and item access, calls, ``+``, ``*``, ``**``
+and ``~`` go through the sandbox's functions (:mod:`mtok.chat.sandbox`); comparisons,
+``and``/``or``/``not``, ``-``, ``/``, ``//``, ``%`` and literals are Python's own,
+as in jinja2's generated code.  Filters and tests are bound by name at compile time;
+an unknown one is a syntax error, except under an ``if`` or a conditional expression,
+where (as in jinja2) it fails only when evaluated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+from . import sandbox
+from .errors import TemplateError
+from .filters import FILTERS
+from .predicates import TESTS
+from .runtime import MISSING, LoopContext, Macro
+from .fold import Impossible, const_value, has_safe_repr, has_slice
+
+# What generated code sees besides its own bindings (filters, tests, constants).
+BASE_NAMESPACE: Dict[str, Any] = {
+    "ga": sandbox.getattr_, "gi": sandbox.getitem, "call": sandbox.call, "add": sandbox.add, "mul": sandbox.mul,
+    "pow_": sandbox.pow_, "mod": sandbox.mod, "concat": sandbox.concat, "s": str, "setns": sandbox.setns, "LoopContext": LoopContext,
+    "Macro": Macro, "MISSING": MISSING, "__builtins__": {"list": list, "slice": slice, "str": str},
+}
+
+_PLAIN_BINOPS = {"-": "-", "/": "/", "//": "//"}
+_GUARDED_BINOPS = {"+": "add", "*": "mul", "**": "pow_", "%": "mod"}
+_COMPARE = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "in": "in", "not in": "not in"}
+
+
+def _missing(kind: str, name: str) -> Any:
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise TemplateError(f"No {kind} named {name!r}.", "type")
+
+    return fail
+
+
+class ExpressionCompiler:
+    namespace: dict
+
+    def const_name(self, value: Any) -> str:
+        """A module-level name holding ``value`` (for values without a safe literal)."""
+        name = f"k_{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def expr(self, node: Any, frame: Any) -> str:
+        if node.kind != "const" and has_slice(node):  # where jinja2's constant folding changes the result
+            try:
+                value = const_value(node)
+            except Impossible:
+                pass
+            else:
+                if has_safe_repr(value):
+                    return self.const_name(value)
+        return getattr(self, "expr_" + node.kind)(node, frame)
+
+    def expr_const(self, node: Any, frame: Any) -> str:
+        value = node.value
+        if value is None or isinstance(value, (bool, int, str)):
+            return repr(value)
+        return self.const_name(value)
+
+    def expr_name(self, node: Any, frame: Any) -> str:
+        return frame.symbols.ref(node.name)
+
+    def expr_getattr(self, node: Any, frame: Any) -> str:
+        return f"ga({self.expr(node.node, frame)}, {node.attr!r})"
+
+    def expr_getitem(self, node: Any, frame: Any) -> str:
+        if node.arg.kind == "slice":  # jinja2 slices with Python's own subscript at run time (None[1:] fails)
+            return f"{self.expr(node.node, frame)}[{self.expr(node.arg, frame)}]"
+        return f"gi({self.expr(node.node, frame)}, {self.expr(node.arg, frame)})"
+
+    def expr_slice(self, node: Any, frame: Any) -> str:
+        parts = [self.expr(p, frame) if p is not None else "None" for p in (node.start, node.stop, node.step)]
+        return f"slice({', '.join(parts)})"  # inside a subscript, Python reads this as the slice
+
+    def _args(self, node: Any, frame: Any, extra: List[str] = ()) -> str:
+        parts = [self.expr(a, frame) for a in node.args]
+        parts += [f"{k}={self.expr(v, frame)}" for k, v in node.kwargs]
+        parts += list(extra)
+        if node.dyn_args is not None:
+            parts.append(f"*{self.expr(node.dyn_args, frame)}")
+        if node.dyn_kwargs is not None:
+            parts.append(f"**{self.expr(node.dyn_kwargs, frame)}")
+        return ", ".join(parts)
+
+    def expr_call(self, node: Any, frame: Any, extra: List[str] = ()) -> str:
+        args = self._args(node, frame, extra)
+        return f"call({self.expr(node.node, frame)}{', ' if args else ''}{args})"
+
+    def _bound(self, table: dict, kind: str, prefix: str, name: str, node: Any, frame: Any) -> str:
+        func = table.get(name)
+        if func is None:
+            if not frame.soft:
+                raise TemplateError(f"No {kind} named {name!r}.", "syntax", node.lineno)
+            func = _missing(kind, name)
+        local = f"{prefix}_{''.join(c if c.isalnum() else '_' for c in name)}_{abs(hash(name)) % 9973}"
+        self.namespace[local] = func
+        return local
+
+    def filter_call(self, node: Any, frame: Any, value: str) -> str:
+        func = self._bound(FILTERS, "filter", "f", node.name, node, frame)
+        args = self._args(node, frame)
+        return f"{func}({value}{', ' if args else ''}{args})"
+
+    def expr_filter(self, node: Any, frame: Any) -> str:
+        return self.filter_call(node, frame, self.expr(node.node, frame))
+
+    def expr_test(self, node: Any, frame: Any) -> str:
+        func = self._bound(TESTS, "test", "j", node.name, node, frame)
+        args = self._args(node, frame)
+        return f"{func}({self.expr(node.node, frame)}{', ' if args else ''}{args})"
+
+    def expr_binop(self, node: Any, frame: Any) -> str:
+        left, right = self.expr(node.left, frame), self.expr(node.right, frame)
+        if node.op in _GUARDED_BINOPS:
+            return f"{_GUARDED_BINOPS[node.op]}({left}, {right})"
+        return f"({left} {_PLAIN_BINOPS[node.op]} {right})"
+
+    def expr_unary(self, node: Any, frame: Any) -> str:
+        return f"({node.op}{self.expr(node.node, frame)})"
+
+    def expr_not(self, node: Any, frame: Any) -> str:
+        return f"(not {self.expr(node.node, frame)})"
+
+    def expr_and(self, node: Any, frame: Any) -> str:
+        return f"({self.expr(node.left, frame)} and {self.expr(node.right, frame)})"
+
+    def expr_or(self, node: Any, frame: Any) -> str:
+        return f"({self.expr(node.left, frame)} or {self.expr(node.right, frame)})"
+
+    def expr_compare(self, node: Any, frame: Any) -> str:
+        parts = [self.expr(node.expr, frame)]
+        for op, operand in node.ops:
+            parts.append(_COMPARE[op])
+            parts.append(self.expr(operand, frame))
+        return f"({' '.join(parts)})"
+
+    def expr_concat(self, node: Any, frame: Any) -> str:
+        return f"concat({', '.join(self.expr(item, frame) for item in node.items)})"
+
+    def expr_cond(self, node: Any, frame: Any) -> str:
+        soft = frame.soft_copy()
+        other = self.expr(node.other, soft) if node.other is not None else self.const_name(_COND_UNDEFINED)
+        return f"({self.expr(node.then, soft)} if {self.expr(node.test, soft)} else {other})"
+
+    def expr_list(self, node: Any, frame: Any) -> str:
+        return f"[{', '.join(self.expr(item, frame) for item in node.items)}]"
+
+    def expr_tuple(self, node: Any, frame: Any) -> str:
+        items = [self.expr(item, frame) for item in node.items]
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+
+    def expr_dict(self, node: Any, frame: Any) -> str:
+        items = [f"{self.expr(k, frame)}: {self.expr(v, frame)}" for k, v in node.items]
+        return "{" + ", ".join(items) + "}"
+
+
+def _cond_undefined() -> Any:
+    from .runtime import Undefined
+
+    return Undefined("the inline if-expression evaluated to false and no else section was defined.")
+
+
+_COND_UNDEFINED = _cond_undefined()
