@@ -81,9 +81,12 @@ class _Pipeline(Arbiter):
         return tm
 
     def _watch(self, tm: Any) -> None:
-        wait([c.process.sentinel for c in self.core] + [self._sig_r])
+        ready = wait([c.process.sentinel for c in self.core] + [self._sig_r])
         if self.closing:
             return
+        for c in self.core:
+            if c.process.sentinel in ready:
+                c.process.join(5.0)  # its pipe closes a moment before it can be reaped
         failure = self.reap_core()
         if failure:
             self.board.state = ServerState.FAILED
@@ -164,26 +167,54 @@ class Engine:
 
     def _stream(self, body: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
         for offset, part in _windows(body, self._window):
-            events = self._call(self._api.generate, part)
-            assert isinstance(events, EventStream)
-            try:
-                for event in events.events:
-                    if event == "[DONE]":
-                        break
-                    if "error" in event:
-                        err = event["error"]
-                        raise APIError(err["message"], err.get("code", 500))
-                    if "index" in event:
-                        event["index"] += offset
-                    yield event
-            finally:
-                events.events.close()  # type: ignore[attr-defined]  # aborts what has not finished
+            yield from self._events(self._call(self._api.generate, part), offset)
+
+    @staticmethod
+    def _events(events: EventStream, offset: int) -> Iterator[Dict[str, Any]]:
+        """A route's server-sent events as dicts; an error event is raised."""
+        try:
+            for event in events.events:
+                if event == "[DONE]":
+                    break
+                if "error" in event:
+                    err = event["error"]
+                    raise APIError(err["message"], err.get("code", 500))
+                if offset and "index" in event:
+                    event["index"] += offset
+                yield event
+        finally:
+            events.events.close()  # type: ignore[attr-defined]  # aborts what has not finished
 
     def encode(self, prompt: Any, rid: Any = None, **kwargs: Any) -> Any:
         """Embeddings of a text, token ids, or a batch of either: ``{"embedding", "meta_info"}`` each."""
         ids = isinstance(prompt, list) and prompt and not isinstance(prompt[0], str)
         body = _body(None if ids else prompt, prompt if ids else None, dict(rid=rid, **kwargs))
         return self._call(self._api.encode, body)
+
+    # -- chat ------------------------------------------------------------------------
+    def chat(self, messages: List[Dict[str, Any]], stream: bool = False, **fields: Any) -> Any:
+        """A chat completion in OpenAI's shape (``choices[0].message``...), through
+        the same route as ``/v1/chat/completions``; ``fields`` are that request's
+        (``max_tokens``, ``temperature``, ``tools``, ``chat_template_kwargs``...).
+        With ``stream=True``, an iterator of ``chat.completion.chunk`` dicts."""
+        body = _body(None, None, dict(fields, messages=messages, stream=stream))
+        result = self._call(self._api.chat_completions, body)
+        if not stream:
+            return result
+        return self._events(result, 0)
+
+    def apply_chat_template(self, messages: List[Dict[str, Any]], tokenize: bool = False,
+                            add_generation_prompt: bool = True, tools: Optional[List[Any]] = None,
+                            model: Optional[str] = None, **template_kwargs: Any) -> Any:
+        """The model's chat template rendered (transformers' argument names): the
+        prompt text, or its token ids with ``tokenize=True``."""
+        from .chat_prompt import parse_chat_input, render_prompt
+
+        entry = self.tokenizer_manager.model(model)
+        body = _body(None, None, dict(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                      chat_template_kwargs=template_kwargs or None))
+        text = render_prompt(entry.chat, parse_chat_input(body))
+        return entry.tokenizer.encode(text, False) if tokenize else text
 
     def _call(self, route: Any, body: Dict[str, Any]) -> Any:
         if self._pipeline._sig_r is None:

@@ -185,3 +185,27 @@ def test_settings_are_checked():
     with pytest.raises(mtok.BootError, match="/nonexistent/dir"):
         mtok.Engine(tokenizer_path="/nonexistent/dir")
     assert set(leftovers(os.getpid())) == before
+
+
+ECHO_LAST = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                         "chat_template_echo_last.jinja")
+
+
+def test_chat_and_apply_chat_template_match_the_server():
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Hello there"}]
+    with mtok.Engine(chat_template=ECHO_LAST) as eng, mtok.launch(port=0, chat_template=ECHO_LAST) as handle:
+        srv = Server.__new__(Server)
+        srv.host, srv.port = handle.host, handle.port
+        text = eng.apply_chat_template(messages)
+        ids = eng.apply_chat_template(messages, tokenize=True)
+        status, tok = srv.post("/tokenize", {"messages": messages})
+        assert status == 200 and ids == tok["tokens"] and eng.detokenize(ids) == text
+        got = eng.chat(messages, max_tokens=len(ids))
+        status, expected = srv.post("/v1/chat/completions", {"messages": messages, "max_tokens": len(ids)})
+        assert status == 200
+        assert got["choices"] == expected["choices"] and got["usage"] == expected["usage"]
+        assert got["object"] == "chat.completion" and got["choices"][0]["message"]["content"] == text
+        chunks = list(eng.chat(messages, max_tokens=len(ids), stream=True))
+        assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == text
+        with pytest.raises(mtok.APIError, match="messages"):
+            eng.chat([])
