@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
+import subprocess
+import sys
 
 import pytest
 
 import mtok
-from conftest import Server, children_of, pid_alive, wait_for
+from conftest import ROOT, Server, children_of, pid_alive, wait_for
 from mtok.engines.echo import echo_embedding
 from test_launch import ReverseEngine
 from test_lifecycle import leftovers
@@ -209,3 +212,19 @@ def test_chat_and_apply_chat_template_match_the_server():
         assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == text
         with pytest.raises(mtok.APIError, match="messages"):
             eng.chat([])
+
+
+def readme_examples():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        section = f.read().split("## Embedding mtok", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_the_readme_examples_run(tmp_path, index):
+    script = tmp_path / "example.py"
+    script.write_text(readme_examples()[index])
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT),
+                         capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip(), "the example printed nothing"
