@@ -13,7 +13,9 @@ The caller and the supervisor share a socket pair: settings go one way as
 JSON, and the boot report ("ready" with the port and process ids, or the
 reason a boot failed) comes back.  When the caller's end closes (it exited or
 was killed) the supervisor stops the server at once, so no process outlives
-its owner.  :class:`ServerHandle` is what the caller holds.
+its owner.  The server has a session of its own, so a Ctrl-C in the caller's
+terminal reaches the caller only, which stops the server through its handle
+(or at exit).  :class:`ServerHandle` is what the caller holds.
 """
 
 from __future__ import annotations
@@ -26,9 +28,8 @@ import socket
 import subprocess
 import sys
 import threading
-import weakref
 from multiprocessing.connection import Connection
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from .serve import BOOT_TIMEOUT, Arbiter, BootError
 
@@ -92,7 +93,7 @@ class ServerHandle:
         return f"<mtok server {self.url} pid={self.pid} {'running' if self.running else 'stopped'}>"
 
 
-_LIVE: "weakref.WeakSet[ServerHandle]" = weakref.WeakSet()
+_LIVE: "Set[ServerHandle]" = set()  # every server this process started and has not stopped
 
 
 @atexit.register
@@ -114,7 +115,7 @@ def launch(**settings: Any) -> ServerHandle:
     env["PYTHONPATH"] = os.pathsep.join([p or os.getcwd() for p in sys.path])
     try:
         proc = subprocess.Popen([sys.executable, "-m", "mtok.launcher", str(child.fileno())], env=env,
-                                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
+                                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
     finally:
         child.close()
     conn = Connection(parent.detach())

@@ -25,10 +25,9 @@ import atexit
 import functools
 import os
 import threading
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import wait
-from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Set, Tuple
 
 from .api import Api
 from .http_server import EventStream, Request
@@ -217,7 +216,7 @@ class Engine:
         return entry.tokenizer.encode(text, False) if tokenize else text
 
     def _call(self, route: Any, body: Dict[str, Any]) -> Any:
-        if self._pipeline._sig_r is None:
+        if self._pipeline.closing:
             raise RuntimeError("this mtok.Engine has been shut down")
         return route(Request(method="POST", path="", query="", headers={}, raw=b"", watch=None, _json=body))
 
@@ -281,7 +280,7 @@ class Engine:
         self.shutdown()
 
 
-_LIVE: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+_LIVE: "Set[Engine]" = set()  # every engine not yet shut down, for the exit handler
 
 
 @atexit.register
