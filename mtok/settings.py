@@ -55,6 +55,13 @@ def server_args_from(caller: str, settings: Dict[str, Any]) -> ServerArgs:
     value the command line would refuse, with its message.
     """
     parser = _parser()
+    args = ServerArgs.from_cli_args(parser.parse_args(settings_argv(parser, caller, settings)))
+    args.check()
+    return args
+
+
+def settings_argv(parser: argparse.ArgumentParser, caller: str, settings: Dict[str, Any]) -> List[str]:
+    """The command line that says what ``settings`` say."""
     table = _keywords(parser)
     argv: List[str] = []
     for key, value in settings.items():
@@ -63,14 +70,19 @@ def server_args_from(caller: str, settings: Dict[str, Any]) -> ServerArgs:
             raise TypeError(f"{caller}() got an unexpected keyword argument {key!r}{_suggest(key, table)}")
         if value is None:
             continue
-        if key == "engine" or action.dest == "engine":
+        flag = action.option_strings[0]
+        if action.nargs == 0:  # a switch: store_true and the like
+            if value == action.const:
+                argv.append(flag)
+            elif value != action.default:
+                raise ValueError(f"{key} is {action.default!r} or {action.const!r} (the flag {flag}), not {value!r}")
+            continue
+        if action.dest == "engine":
             value = engine_spec(value)
         values = value if isinstance(action, argparse._AppendAction) and isinstance(value, (list, tuple)) else [value]
         for v in values:
-            argv += [action.option_strings[0], str(v)]
-    args = ServerArgs.from_cli_args(parser.parse_args(argv))
-    args.check()
-    return args
+            argv += [flag, str(v)]
+    return argv
 
 
 def _suggest(key: str, table: Dict[str, argparse.Action]) -> str:

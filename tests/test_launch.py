@@ -174,3 +174,41 @@ def test_the_server_stops_when_its_launcher_dies():
         assert leftovers(server_pid) == []
     finally:
         proc.kill()
+
+
+def test_an_interactive_session_launches_and_runs_an_engine():
+    """Code given with -c, whose __main__ has no file, as in a REPL or a Jupyter
+    kernel: neither the launched server nor an Engine's processes need one."""
+    code = textwrap.dedent("""
+        import json, urllib.request
+        import mtok
+        srv = mtok.launch(port=0, log_level="warning")
+        req = urllib.request.Request(srv.url + "/generate", b'{"input_ids": [15, 16], "sampling_params": {"max_new_tokens": 2}}',
+                                     {"Content-Type": "application/json"})
+        print("http", json.load(urllib.request.urlopen(req))["output_ids"])
+        print("stopped", srv.stop())
+        eng = mtok.Engine(log_level="warning")
+        print("engine", eng.generate(input_ids=[15, 16], sampling_params={"max_new_tokens": 2})["output_ids"])
+        eng.shutdown()
+    """)
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if not line.startswith("mtok ready")]
+    assert lines == ["http [15, 16]", "stopped 0", "engine [15, 16]"], out.stdout
+
+
+def test_switches_and_repeated_flags_become_the_command_line():
+    """Flags other helpers add later (switches such as store_true) map the same way."""
+    import argparse
+
+    from mtok.settings import settings_argv
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--strict-fields", action="store_true")
+    parser.add_argument("--model", dest="models", action="append", default=[])
+    parser.add_argument("--port", type=int, default=1)
+    argv = settings_argv(parser, "launch", {"strict_fields": True, "models": ["a=x", "b=y"], "port": 0})
+    assert argv == ["--strict-fields", "--model", "a=x", "--model", "b=y", "--port", "0"]
+    assert settings_argv(parser, "launch", {"strict_fields": False, "model": "a=x"}) == ["--model", "a=x"]
+    with pytest.raises(ValueError, match="strict_fields is False or True"):
+        settings_argv(parser, "launch", {"strict_fields": "yes"})
