@@ -4,6 +4,11 @@ The main process writes :class:`ServerArgs` and :class:`PortArgs` as JSON into a
 shared-memory segment named ``mtok_args_<pid>`` before any child starts; each
 child reads it back by name.  JSON rather than pickle: the segment is a file
 under /dev/shm, and nothing read from a file should be able to run code.
+
+Where shared memory is unavailable (no /dev/shm, or ``MTOK_SHM_DIR`` names a
+directory that does not exist) the same JSON travels to each child over the
+process-start pipe instead (:func:`args_ref`), and segments whose name is a
+path are files mapped with mmap (``mtok.filemem``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from .chat import BACKENDS as CHAT_TEMPLATE_BACKENDS
+from .filemem import FileSegment, is_file_segment
 from .ipc import ipc_name
 
 if TYPE_CHECKING:
@@ -30,6 +36,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SHM_PREFIX = "mtok_"
+SHM_DIR_ENV = "MTOK_SHM_DIR"  # where POSIX shared memory lives; a missing directory turns it off
 
 
 @dataclass
@@ -254,15 +261,17 @@ class PortArgs:
     detokenizer_ipc_name: str = ""
     tokenizer_ipc_name: str = ""
     tokenizer_worker_ipc_name: str = ""
+    status_name: str = ""  # the status board: a shared-memory name, or a file path
 
     @classmethod
-    def in_dir(cls, sock_dir: str) -> "PortArgs":
+    def in_dir(cls, sock_dir: str, status_name: str = "") -> "PortArgs":
         return cls(
             sock_dir=sock_dir,
             scheduler_input_ipc_name=ipc_name(sock_dir, "scheduler"),
             detokenizer_ipc_name=ipc_name(sock_dir, "detokenizer"),
             tokenizer_ipc_name=ipc_name(sock_dir, "tokenizer"),
             tokenizer_worker_ipc_name=ipc_name(sock_dir, "router"),
+            status_name=status_name or os.path.join(sock_dir, "status"),
         )
 
 
@@ -295,7 +304,22 @@ def _untracked() -> Iterator[None]:
         resource_tracker.register, resource_tracker.unregister = saved  # type: ignore[assignment]
 
 
-def _open(name: str, create: bool = False, size: int = 0) -> shared_memory.SharedMemory:
+def shared_memory_usable() -> bool:
+    """Whether POSIX shared memory works here: ``MTOK_SHM_DIR`` (default
+    /dev/shm) must be a directory, and a small probe segment must open."""
+    shm_dir = os.environ.get(SHM_DIR_ENV)
+    if shm_dir is not None and not os.path.isdir(shm_dir):
+        return False
+    try:
+        unlink_shm(create_shm(f"{SHM_PREFIX}probe_{os.getpid()}", 8))
+    except OSError:
+        return False
+    return True
+
+
+def _open(name: str, create: bool = False, size: int = 0) -> Any:
+    if is_file_segment(name):
+        return FileSegment(name, create, size)
     kwargs = {"track": False} if sys.version_info >= (3, 13) else {}
     with _untracked():
         return shared_memory.SharedMemory(name=name, create=create, size=size, **kwargs)
@@ -314,21 +338,29 @@ def create_shm(name: str, size: int) -> shared_memory.SharedMemory:
     return _open(name, create=True, size=size)
 
 
+def args_json(server_args: ServerArgs, port_args: PortArgs) -> str:
+    return json.dumps({"server": dataclasses.asdict(server_args), "port": dataclasses.asdict(port_args)})
+
+
 def write_args(name: str, server_args: ServerArgs, port_args: PortArgs) -> shared_memory.SharedMemory:
-    payload = json.dumps({"server": dataclasses.asdict(server_args), "port": dataclasses.asdict(port_args)}).encode()
+    payload = args_json(server_args, port_args).encode()
     shm = create_shm(name, _LEN.size + len(payload))
     _LEN.pack_into(shm.buf, 0, len(payload))
     shm.buf[_LEN.size : _LEN.size + len(payload)] = payload
     return shm
 
 
-def read_args(name: str) -> "tuple[ServerArgs, PortArgs]":
-    shm = attach_shm(name)
-    try:
-        (n,) = _LEN.unpack_from(shm.buf, 0)
-        data: Dict[str, Any] = json.loads(bytes(shm.buf[_LEN.size : _LEN.size + n]))
-    finally:
-        shm.close()
+def read_args(ref: str) -> "tuple[ServerArgs, PortArgs]":
+    """The arguments from a segment's name, or inline JSON (the no-shm fallback)."""
+    if ref.startswith("{"):
+        data: Dict[str, Any] = json.loads(ref)
+    else:
+        shm = attach_shm(ref)
+        try:
+            (n,) = _LEN.unpack_from(shm.buf, 0)
+            data = json.loads(bytes(shm.buf[_LEN.size : _LEN.size + n]))
+        finally:
+            shm.close()
     return ServerArgs(**data["server"]), PortArgs(**data["port"])
 
 
@@ -356,8 +388,9 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_segments(shm_dir: str = "/dev/shm") -> List[str]:
+def remove_stale_segments(shm_dir: Optional[str] = None) -> List[str]:
     """Unlink ``mtok_*_<pid>`` segments whose server is dead (killed without cleanup)."""
+    shm_dir = shm_dir or os.environ.get(SHM_DIR_ENV, "/dev/shm")
     removed = []
     pattern = re.compile(rf"^{SHM_PREFIX}[a-z]+_(\d+)$")
     try:

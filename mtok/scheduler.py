@@ -34,7 +34,7 @@ from .io_struct import (
 from .ipc import Receiver, Sender
 from .metrics import publish
 from .procutil import ChildBoot, exit_now, on_signal
-from .status import SCHEDULER_SLOT, StatusBoard, status_shm_name
+from .status import SCHEDULER_SLOT, StatusBoard
 from .models import load_tokenizers
 
 logger = logging.getLogger(__name__)
@@ -373,6 +373,6 @@ class Scheduler:
 def run_scheduler_process(shm_name: str, authkey: bytes, parent_pid: int, ready_conn) -> None:
     server_args, port_args = read_args(shm_name)
     with ChildBoot("scheduler", parent_pid, ready_conn, server_args.log_level):
-        scheduler = Scheduler(server_args, port_args, authkey, StatusBoard.attach(status_shm_name(parent_pid)))
+        scheduler = Scheduler(server_args, port_args, authkey, StatusBoard.attach(port_args.status_name))
     on_signal(signal.SIGTERM, lambda: exit_now(0))
     scheduler.event_loop()

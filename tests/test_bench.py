@@ -170,7 +170,7 @@ def test_tokenizer_command_still_dispatches():
     proc = subprocess.run([sys.executable, "-m", "mtok.bench"], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     names: List[str] = [line.split()[0] for line in proc.stdout.splitlines()[3:] if line.strip()]
-    assert {"tokenizer", "load", "sweep", "transport", "soak", "compare", "detok", "chat", "parsers"} <= set(names)
+    assert {"tokenizer", "load", "sweep", "transport", "soak", "compare", "detok", "chat", "parsers", "offline"} <= set(names)
 
 
 # -- pieces, without a server ---------------------------------------------------------
@@ -255,3 +255,13 @@ def test_parsers(tmp_path):
     rows = doc["results"]
     assert [r["tool_parser"] for r in rows] == ["hermes", "kimi_k2"]
     assert all(r["same_result"] and r["chunks"] > 64 and r["us_per_chunk"] > 0 for r in rows)
+
+
+@pytest.mark.fast
+def test_offline_beside_http(tmp_path):
+    doc = bench(tmp_path, "offline", "--batch", "300", "--input-len", "8", "--output-len", "2", "--concurrency", "8",
+                "--quiet")
+    rows = doc["results"]["rows"]
+    assert [r["mode"].split()[0] for r in rows] == ["offline", "HTTP"]
+    assert all(r["requests"] == 300 and not r.get("errors") and r["requests_per_s"] > 0 for r in rows)
+    assert doc["results"]["offline_over_http"] > 0
