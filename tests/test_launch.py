@@ -150,7 +150,8 @@ def test_a_plain_script_launches_with_its_own_engine_class(tmp_path):
         if __name__ == "__main__":
             with mtok.launch(port=0, engine=Constant) as srv:
                 body = json.dumps({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}).encode()
-                print(json.loads(urllib.request.urlopen(srv.url + "/generate", body).read())["output_ids"])
+                req = urllib.request.Request(srv.url + "/generate", body, {"Content-Type": "application/json"})
+                print(json.loads(urllib.request.urlopen(req).read())["output_ids"])
     """))
     out = run_python("", str(script))
     assert out.returncode == 0, out.stderr
