@@ -163,6 +163,37 @@ SCOPING = [
 ]
 
 
+# Recursive loops: loop(children) renders the body one level deeper.
+TREE = [{"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}, {"name": "d"}]},
+        {"name": "e", "children": []}]
+RECURSIVE = [
+    "{% for item in tree recursive %}[{{ loop.depth }}{{ item.name }}{{ loop.index }}/{{ loop.length }}"
+    "{% if item.children %}<{{ loop(item.children) }}>{% endif %}]{% endfor %}",
+    "{% for item in tree if item.name != 'e' recursive %}{{ item.name }}{{ loop(item.children|default([])) }}"
+    "{% else %}E{% endfor %}",
+    "{% set x = 1 %}{% for item in tree recursive %}{% set x = x + 1 %}{{ x }}{{ loop(item.children or []) }}"
+    "{% endfor %}{{ x }}",
+    "{% macro m(t) %}{% for i in t recursive %}{{ i.name }}{{ loop(i.children or []) }}{% endfor %}{% endmacro %}"
+    "{{ m(tree) }}",
+    "{% for item in tree recursive %}{% for c in item.children or [] %}{{ loop.index }}{% endfor %}"
+    "{{ loop(item.children or []) }}{% endfor %}",
+    "{% for i in [1] recursive %}{{ loop(5) }}{% endfor %}",
+    "{% for i in [1] %}{{ loop([2]) }}{% endfor %}",
+    "{% for i in tree recursive %}{{ loop(tree) }}{% endfor %}",
+]
+
+
+@pytest.mark.parametrize("src", RECURSIVE)
+def test_recursive_loops_as_jinja2(src):
+    def run(backend):
+        try:
+            return ChatTemplate(src, backend=backend).render(tree=TREE)
+        except TemplateError:
+            return ("error",)
+
+    assert run("python") == run("jinja2")
+
+
 # Reaching internals gives an undefined (printed as '') or an error, never the internal.
 SANDBOX = [
     "{{ s.__class__ }}", "{{ s.format.__globals__ }}", "{{ '{0.__class__}'.format(s) }}", "{{ l.__len__ }}",

@@ -181,3 +181,6 @@ def test_the_jinja2_backend_is_bounded_too():
     assert error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", backend="jinja2").kind == "limit"
     assert error_of("{{ raise_exception('x') }}", backend="jinja2").message == "x"
     assert error_of("{% if %}", backend="jinja2").lineno == 1
+    err = error_of("a\nb\n{{ messages[0].content.upper() }}", backend="jinja2", messages=[])
+    assert err.kind == "undefined" and err.lineno == 3
+    assert error_of("ok\n{{ raise_exception('x') }}", backend="jinja2").lineno == 2

@@ -6,7 +6,7 @@ expression, ``or``, ``and``, ``not``, comparisons (``== != < <= > >= in``, ``not
 (``.attr``, ``[item]``, ``[a:b:c]``, calls) and its filters/tests (``|f``, ``is t``),
 which bind tighter than any binary operator (``a ~ b|upper`` filters ``b`` only).
 
-Statements: ``if/elif/else``, ``for ... in ... [if ...] / else``, ``set`` (plain,
+Statements: ``if/elif/else``, ``for ... in ... [if ...] [recursive] / else``, ``set`` (plain,
 tuple, ``ns.attr``, block), ``macro``, ``call``, ``filter``, ``with``, ``break``,
 ``continue`` (transformers enables ``loopcontrols``), ``generation`` (transformers'
 tag; renders its body), ``raw`` (in the lexer).  Template inheritance and includes

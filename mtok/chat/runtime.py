@@ -108,14 +108,15 @@ def check_namespace_key(key: Any) -> None:
 class LoopContext:
     """The ``loop`` variable of one ``for`` (the items are a list, so its length is known)."""
 
-    __slots__ = ("_items", "index0", "length", "depth0", "_last_changed")
+    __slots__ = ("_items", "index0", "length", "depth0", "_last_changed", "_recurse")
 
-    def __init__(self, items: List[Any], depth0: int = 0):
+    def __init__(self, items: List[Any], depth0: int = 0, recurse: Any = None):
         self._items = items
         self.index0 = -1
         self.length = len(items)
         self.depth0 = depth0
         self._last_changed: Any = _NOTHING
+        self._recurse = recurse  # a recursive loop's function of its items
 
     @property
     def index(self) -> int:
@@ -164,8 +165,11 @@ class LoopContext:
             return True
         return False
 
-    def __call__(self, *args: Any) -> Any:
-        raise TemplateError("Tried to call non recursive loop.  Maybe you forgot the 'recursive' modifier.", "type")
+    def __call__(self, iterable: Any) -> Any:
+        if self._recurse is None:
+            raise TemplateError("Tried to call non recursive loop.  Maybe you forgot the 'recursive' modifier.",
+                                "type")
+        return self._recurse(iterable, self.depth0 + 1)
 
     def __repr__(self) -> str:
         return f"<LoopContext {self.index}/{self.length}>"
