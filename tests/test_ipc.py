@@ -222,3 +222,20 @@ def test_receiver_close_unblocks_a_waiting_reader(sock_dir):
     rx.close()
     t.join(11)
     assert not t.is_alive()
+
+
+def test_merge_outputs_keeps_every_logprob_row():
+    """A lagging worker's queued steps are merged; logprob rows must add up, not be lost."""
+    def lp_step(rids, rows, finished=()):
+        msg = step([(r, "t") for r in rids], finished=set(finished))
+        msg.logprobs = [None if rows.get(r) is None else {"output_token_logprobs": rows[r]} for r in rids]
+        return msg
+
+    msgs = [lp_step(["a", "b"], {"a": [[-0.5, 1, "t"]], "b": None}),
+            lp_step(["a", "c"], {"a": [[-0.7, 2, "t"]], "c": [[-0.1, 3, "t"]]}),
+            lp_step(["a"], {"a": [[-0.9, 4, "t"]]}, finished={"a"})]
+    merged = socket_mapping.merge_outputs(msgs)
+    assert len(merged) == 1 and merged[0].rids == ["a", "b", "c"]
+    assert merged[0].logprobs == [{"output_token_logprobs": [[-0.5, 1, "t"], [-0.7, 2, "t"], [-0.9, 4, "t"]]},
+                                  None, {"output_token_logprobs": [[-0.1, 3, "t"]]}]
+    assert msgs[0].logprobs[0] == {"output_token_logprobs": [[-0.5, 1, "t"]]}  # inputs untouched
