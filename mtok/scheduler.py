@@ -20,7 +20,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .args import PortArgs, ServerArgs, read_args
 from .decoding import DecodeState, IncrementalDecoder, find_stop
-from .engines import EngineContext, load_engine, missing_capability
+from .engines import Engine, EngineContext, EngineOutput, load_engine, missing_capability
 from .io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
@@ -50,7 +50,7 @@ class Req:
     __slots__ = (
         "rid", "input_ids", "output_ids", "sampling_params", "http_worker_ipc", "model",
         "finished_reason", "new_ids", "decode", "checked", "stop_offset", "tail", "max_stop_len",
-        "logprobs", "lora_path", "new_logprobs",
+        "logprobs", "lora_path", "new_logprobs", "engine_finish", "engine_rows",
     )
 
     def __init__(self, msg: TokenizedGenerateReqInput):
@@ -71,6 +71,8 @@ class Req:
         self.logprobs = msg.logprobs
         self.lora_path = msg.lora_path
         self.new_logprobs: Optional[Dict[str, list]] = None  # since the last output, when logprobs are on
+        self.engine_finish: Optional[Dict[str, Any]] = None  # an asynchronous engine ended it (EngineOutput)
+        self.engine_rows: Optional[Any] = None  # this step's EngineOutput, for its logprob rows
 
 
 class ModelRuntime:
@@ -109,6 +111,8 @@ class Scheduler:
         self.pending_output: List[Req] = []  # refused or aborted since the last step
         self.embed_queue: List[TokenizedEmbeddingReqInput] = []
         self.step_delay = server_args.engine_step_delay
+        # an engine that can fall ill (an upstream) is asked now and then, even when idle
+        self.idle_timeout = 1.0 if any(_has_health(rt.engine) for rt in self.models.values()) else None
         # running plus waiting; past this a request is refused (503) at once
         self.capacity = server_args.max_running_requests + server_args.max_queued_requests
         self.recv_from_tokenizer = Receiver(port_args.scheduler_input_ipc_name, authkey)
@@ -125,7 +129,7 @@ class Scheduler:
         next_step = 0.0
         while True:
             busy = bool(self.running or self.waiting)
-            timeout = max(0.0, next_step - time.monotonic()) if busy else None
+            timeout = max(0.0, next_step - time.monotonic()) if busy else self.idle_timeout
             for msg in self.recv_from_tokenizer.recv_all(timeout):
                 handler = self._dispatch.get(type(msg))
                 if handler is None:
@@ -152,11 +156,22 @@ class Scheduler:
 
     def publish_gauges(self) -> None:
         """The queue lengths, for /metrics; written only when they change."""
-        state = (len(self.running), len(self.waiting))
+        problem = self.engine_problem() if self.idle_timeout is not None else None
+        state = (len(self.running), len(self.waiting), problem)
         if self.board is not None and state != self._published:
             self._published = state
-            publish(self.board.extra(SCHEDULER_SLOT),
-                    {"gauges": {"num_requests_running": state[0], "num_requests_waiting": state[1]}})
+            snap: Dict[str, Any] = {"gauges": {"num_requests_running": state[0], "num_requests_waiting": state[1]}}
+            if problem is not None:
+                snap["engine_problem"] = problem  # /health reads it: 503 while set
+            publish(self.board.extra(SCHEDULER_SLOT), snap)
+
+    def engine_problem(self) -> Optional[str]:
+        """Why some model's engine cannot serve now (its ``health()``), or None."""
+        for name, rt in self.models.items():
+            problem = rt.engine.health() if _has_health(rt.engine) else None
+            if problem:
+                return f"{name}: {problem}"
+        return None
 
     # -- messages ------------------------------------------------------------------
     def handle_generate(self, msg: TokenizedGenerateReqInput) -> None:
@@ -264,7 +279,7 @@ class Scheduler:
         while self.waiting and len(self.running) < limit:
             req = self.waiting.popleft()
             self.models[req.model].engine.add_request(req)
-            if req.logprobs is not None:
+            if req.logprobs is not None and not self.models[req.model].engine.asynchronous:
                 self.prompt_logprobs(req)
                 if req.finished_reason is not None:
                     continue
@@ -277,11 +292,14 @@ class Scheduler:
             self.running.append(req)
         for name, group in by_model(self.running).items():
             self.step_model(self.models[name], group)
-        batch = [r for r in self.running if r.new_ids]
+        batch = [r for r in self.running if r.new_ids or r.engine_finish is not None]
         for req in batch:
             if req.logprobs is not None:
                 self.output_logprobs(req)
         self.check_finished(batch)
+        for req in batch:
+            if req.finished_reason is None and req.engine_finish is not None:
+                req.finished_reason = req.engine_finish
         self.running = []
         for req in batch:
             if req.finished_reason is None:
@@ -294,11 +312,13 @@ class Scheduler:
     def step_model(self, rt: ModelRuntime, group: List[Req]) -> None:
         """One engine step for one model's requests; a failing engine fails only them."""
         try:
-            tokens = rt.engine.step(group)
-            if len(tokens) != len(group):
-                raise RuntimeError(f"engine returned {len(tokens)} tokens for a batch of {len(group)}")
-            tokens = [operator.index(t) for t in tokens]  # numpy ints welcome, floats refused
-            bad = [t for t in tokens if not 0 <= t < rt.vocab_size]
+            outs = rt.engine.step(group)
+            if len(outs) != len(group):
+                raise RuntimeError(f"engine returned {len(outs)} tokens for a batch of {len(group)}")
+            outs = [o if isinstance(o, EngineOutput) else EngineOutput([o]) for o in outs]
+            for o in outs:
+                o.ids = [operator.index(t) for t in o.ids]  # numpy ints welcome, floats refused
+            bad = [t for o in outs for t in o.ids if not 0 <= t < rt.vocab_size]
             if bad:  # an engine's bug must not reach the detokenizer as text
                 raise RuntimeError(f"engine returned token ids outside the vocabulary: {bad[:5]}")
         except NotImplementedError as e:  # e.g. an embedding model asked to generate
@@ -310,9 +330,11 @@ class Scheduler:
             for req in group:
                 self.abort(req, abort_reason(f"engine error: {type(e).__name__}: {e}", 500))
             return
-        for req, tok in zip(group, tokens):
-            req.output_ids.append(tok)
-            req.new_ids = [tok]
+        for req, out in zip(group, outs):
+            req.output_ids.extend(out.ids)
+            req.new_ids = out.ids
+            req.engine_finish = out.finish
+            req.engine_rows = out if rt.engine.asynchronous else None
 
     def _logprob_rows(self, req: Req, position: int) -> Tuple[tuple, list, Optional[list]]:
         lp = req.logprobs
@@ -351,6 +373,9 @@ class Scheduler:
         self._add_logprobs(req, "input", rows)
 
     def output_logprobs(self, req: Req) -> None:
+        if req.engine_rows is not None:  # an asynchronous engine sent them with the tokens
+            self.engine_logprobs(req, req.engine_rows)
+            return
         try:
             row = self._logprob_rows(req, len(req.input_ids) + len(req.output_ids) - 1)
         except Exception as e:
@@ -359,25 +384,57 @@ class Scheduler:
             return
         self._add_logprobs(req, "output", [row])
 
+    def engine_logprobs(self, req: Req, out: EngineOutput) -> None:
+        """Queue the rows an asynchronous engine sent: the prompt's (once) and the new tokens'."""
+        def row(r: Any, token: int) -> tuple:
+            if r is None:
+                return (None, token), None, None
+            own, top, ids = r
+            return ((None if own is None else float(own)), token), [(float(x), int(t)) for x, t in top or ()], \
+                ([(float(x), int(t)) for x, t in ids] if req.logprobs.token_ids is not None else None)
+        if out.input_logprobs is not None:
+            start = max(req.logprobs.start_len, 0)
+            self._add_logprobs(req, "input", [row(r, req.input_ids[start + i]) for i, r in enumerate(out.input_logprobs)])
+        rows = list(out.logprobs or ())
+        self._add_logprobs(req, "output", [row(rows[i] if i < len(rows) else None, t) for i, t in enumerate(req.new_ids)])
+
     def check_finished(self, batch: Sequence[Req]) -> None:
         with_stops = []
         for req in batch:
-            sp, tok = req.sampling_params, req.output_ids[-1]
-            n = len(req.output_ids)
-            if n >= sp.min_new_tokens:
-                if tok in sp.stop_token_ids or (not sp.ignore_eos and tok in self.models[req.model].eos_ids):
+            if not req.new_ids:  # an asynchronous engine ended it with no new token
+                continue
+            sp = req.sampling_params
+            base = len(req.output_ids) - len(req.new_ids)
+            for k, tok in enumerate(req.new_ids):  # several when an asynchronous engine sent them
+                n = base + k + 1
+                if n >= sp.min_new_tokens and (
+                        tok in sp.stop_token_ids or (not sp.ignore_eos and tok in self.models[req.model].eos_ids)):
                     req.finished_reason = {"type": "stop", "matched": tok}
-                    continue
-            if req.decode is not None:
-                req.decode.ids.append(tok)
+                elif n >= sp.max_new_tokens:
+                    req.finished_reason = {"type": "length", "length": n}
+                if req.finished_reason is not None:
+                    self._cut(req, k + 1)
+                    break
+            if req.decode is not None and (req.finished_reason is None or req.finished_reason["type"] == "length"):
+                req.decode.ids.extend(req.new_ids)
                 with_stops.append(req)
-            if n >= sp.max_new_tokens:
-                req.finished_reason = {"type": "length", "length": n}
         for name, group in by_model(with_stops).items():
             final = [r.finished_reason is not None for r in group]
             new_texts = self.models[name].decoder.step([r.decode for r in group], final)
             for req, new in zip(group, new_texts):
                 self.check_stop_strings(req, new)
+
+    @staticmethod
+    def _cut(req: Req, keep: int) -> None:
+        """Drop the new tokens after the first ``keep`` (they came past the request's end)."""
+        drop = len(req.new_ids) - keep
+        if drop > 0:
+            del req.output_ids[-drop:]
+            req.new_ids = req.new_ids[:keep]
+            new = req.new_logprobs or {}
+            if "output_token_logprobs" in new:  # the rows of the dropped tokens go too
+                for key in [k for k in new if k.startswith("output_")]:
+                    del new[key][-drop:]
 
     @staticmethod
     def check_stop_strings(req: Req, new: str) -> None:
@@ -457,3 +514,9 @@ def run_scheduler_process(shm_name: str, authkey: bytes, parent_pid: int, ready_
         scheduler = Scheduler(server_args, port_args, authkey, StatusBoard.attach(status_shm_name(parent_pid)))
     on_signal(signal.SIGTERM, lambda: exit_now(0))
     scheduler.event_loop()
+
+
+def _has_health(engine: Any) -> bool:
+    """Whether ``engine`` has a health check of its own (the base class's always says fine)."""
+    hook = getattr(type(engine), "health", None)
+    return hook is not None and hook is not Engine.health
