@@ -300,7 +300,8 @@ class Scheduler:
         for req in batch:
             if req.finished_reason is None and req.engine_finish is not None:
                 req.finished_reason = req.engine_finish
-        self.running = []
+        # an asynchronous engine may have had nothing for some: they stay as they are
+        self.running = [r for r in self.running if not (r.new_ids or r.engine_finish is not None)]
         for req in batch:
             if req.finished_reason is None:
                 self.running.append(req)
@@ -390,8 +391,8 @@ class Scheduler:
             if r is None:
                 return (None, token), None, None
             own, top, ids = r
-            return ((None if own is None else float(own)), token), [(float(x), int(t)) for x, t in top or ()], \
-                ([(float(x), int(t)) for x, t in ids] if req.logprobs.token_ids is not None else None)
+            return ((None if own is None else float(own)), token), _pairs(top), \
+                (_pairs(ids) or [] if req.logprobs.token_ids is not None else None)
         if out.input_logprobs is not None:
             start = max(req.logprobs.start_len, 0)
             self._add_logprobs(req, "input", [row(r, req.input_ids[start + i]) for i, r in enumerate(out.input_logprobs)])
@@ -416,13 +417,29 @@ class Scheduler:
                     self._cut(req, k + 1)
                     break
             if req.decode is not None and (req.finished_reason is None or req.finished_reason["type"] == "length"):
-                req.decode.ids.extend(req.new_ids)
-                with_stops.append(req)
+                if len(req.new_ids) > 1:
+                    self.stop_strings_one_by_one(req)
+                else:
+                    req.decode.ids.extend(req.new_ids)
+                    with_stops.append(req)
         for name, group in by_model(with_stops).items():
             final = [r.finished_reason is not None for r in group]
             new_texts = self.models[name].decoder.step([r.decode for r in group], final)
             for req, new in zip(group, new_texts):
                 self.check_stop_strings(req, new)
+
+    def stop_strings_one_by_one(self, req: Req) -> None:
+        """Several new tokens at once (an asynchronous engine): search for stop
+        strings after each, so the request ends at the token that completed one."""
+        decoder, new_ids, length_end = self.models[req.model].decoder, req.new_ids, req.finished_reason
+        for k, tok in enumerate(new_ids):
+            last = k == len(new_ids) - 1
+            req.decode.ids.append(tok)
+            new = decoder.step([req.decode], [last and length_end is not None])[0]
+            self.check_stop_strings(req, new)
+            if req.finished_reason is not None and req.finished_reason is not length_end:
+                self._cut(req, k + 1)
+                return
 
     @staticmethod
     def _cut(req: Req, keep: int) -> None:
@@ -520,3 +537,7 @@ def _has_health(engine: Any) -> bool:
     """Whether ``engine`` has a health check of its own (the base class's always says fine)."""
     hook = getattr(type(engine), "health", None)
     return hook is not None and hook is not Engine.health
+
+
+def _pairs(rows: Any) -> Optional[List[Tuple[float, int]]]:
+    return None if rows is None else [(float(x), int(t)) for x, t in rows]
