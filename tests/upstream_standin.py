@@ -188,3 +188,30 @@ class SGLangStandIn(StandIn):
                 meta["input_token_logprobs"] = [[None if p == 0 else -0.25, t, None]
                                                 for p, t in enumerate(prompt) if p >= start]
         return {"output_ids": out[-1:] if incremental else list(out), "meta_info": meta}
+
+
+class VLLMStandIn(StandIn):
+    kind = "vllm"
+
+    def prompt_and_params(self, body: Dict[str, Any]) -> Any:
+        return body.get("token_ids"), body.get("sampling_params") or {}
+
+    def max_tokens(self, params: Dict[str, Any]) -> int:
+        return params.get("max_tokens", 16)
+
+    def finish(self, tok: int, stops: set, n: int, limit: int) -> Optional[Dict[str, Any]]:
+        if tok in stops:
+            return {"finish_reason": "stop", "stop_reason": tok}
+        return {"finish_reason": "length", "stop_reason": None} if n >= limit else None
+
+    def make_event(self, body: Dict[str, Any], prompt: List[int], out: List[int], finish: Any) -> Dict[str, Any]:
+        p, tok = len(out) - 1, out[-1]
+        choice: Dict[str, Any] = {"index": 0, "token_ids": [tok], "finish_reason": None, "stop_reason": None,
+                                  "logprobs": None}
+        choice.update(finish or {})
+        k = (body.get("sampling_params") or {}).get("logprobs")
+        if k is not None:  # the sampled token first, then the top k (here: it is the best, then tok+1, ...)
+            top = [{"token_id": tok, "logprob": lp(p), "rank": 1}] + [
+                {"token_id": tok + i, "logprob": lp(p) - i, "rank": i + 1} for i in range(1, k)]
+            choice["logprobs"] = {"content": [{"token_id": tok, "logprob": lp(p), "rank": 1, "top_logprobs": top}]}
+        return {"request_id": "standin", "choices": [choice]}
