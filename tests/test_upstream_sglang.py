@@ -39,8 +39,8 @@ def reset(standin):
 
 
 @contextlib.contextmanager
-def serving(*args):
-    s = Server(*args)
+def serving(*args, **kw):
+    s = Server(*args, **kw)
     try:
         yield s
     finally:
