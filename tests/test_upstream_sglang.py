@@ -264,3 +264,13 @@ def strip(body):
     if isinstance(body, list):
         return [strip(v) for v in body]
     return body
+
+
+@pytest.mark.fast
+def test_bench_upstream_runs():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "mtok.bench", "upstream", "--repeat", "2", "--tokens", "8"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "per request" in out.stdout and "per token" in out.stdout

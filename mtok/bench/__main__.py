@@ -17,6 +17,7 @@ COMMANDS = {
     "soak": ("mtok.bench.soak", "long mixed load; the server's RSS and open fds over time"),
     "compare": ("mtok.bench.compare", "mtok vs the FastAPI peer, alternately, on one workload; the ratios"),
     "detok": ("mtok.bench.detok", "the detokenizer streaming token by token vs one decode of the same ids"),
+    "upstream": ("mtok.bench.upstream", "what mtok in front of an upstream engine adds, per request and per streamed token"),
 }
 
 
