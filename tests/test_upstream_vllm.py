@@ -73,6 +73,10 @@ def test_errors_and_cancel(front, standin):
     standin.behaviour.update(status=500, message="engine dead")
     status, body = front.post("/generate", {"input_ids": [5], "sampling_params": {"max_new_tokens": 2}})
     assert status == 502 and "engine dead" in body["error"]["message"]
+    standin.behaviour.update(status=403, message="Scale-out endpoints are disabled")
+    status, body = front.post("/generate", {"input_ids": [5], "sampling_params": {"max_new_tokens": 2}})
+    assert status == 502 and "--enable-scale-out" not in body["error"]["message"]
+    assert "Scale-out endpoints are disabled" in body["error"]["message"]
     standin.behaviour.clear()
     standin.behaviour["delay"] = 0.05
     before = standin.cancelled

@@ -20,7 +20,8 @@ around its line 962; vLLM does the same for a dropped stream).  Such a
 connection is never reused.
 
 Errors become abort finishes with the upstream's own message: a refusal (4xx)
-stays a 400, an upstream failure (5xx, or a stream that breaks) is a 502, an
+stays a 400, an upstream failure (5xx, a stream that breaks, or 401/403/404:
+an upstream set up wrong, say vLLM without ``--enable-scale-out``) is a 502, an
 unreachable or overloaded upstream is a 503, and a timeout a 504.  A probe
 thread asks the upstream's ``/health`` every second; while it fails,
 :meth:`UpstreamEngine.health` says why and mtok's own ``/health`` is 503.
@@ -62,6 +63,8 @@ def status_for(upstream_status: int) -> int:
         return 504
     if upstream_status in (429, 503):
         return 503
+    if upstream_status in (401, 403, 404, 405):  # the upstream is set up wrong, not the client's fault
+        return 502
     return 400 if 400 <= upstream_status < 500 else 502
 
 

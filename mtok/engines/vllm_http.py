@@ -6,8 +6,10 @@ prompt as a token-id list and give ids back with ``return_token_ids``, but they
 still detokenize, apply their own stop-string logic and wrap everything in
 OpenAI shapes mtok would only unwrap.  The token-in/token-out route
 ``POST /inference/v1/generate``
-(``entrypoints/scale_out/token_in_token_out/api_router.py`` line ~46) is the
-direct one: ``token_ids`` and a ``sampling_params`` object in, and, streamed,
+(``entrypoints/scale_out/token_in_token_out/api_router.py`` line ~46; served
+when vLLM runs with ``--enable-scale-out``, else a 403 that mtok reports as a
+502, ``scale_out/factories.py`` ~line 100) is the direct one: ``token_ids``
+and a ``sampling_params`` object in, and, streamed,
 per choice only the **new** ``token_ids`` of each step (``serving.py``
 ``serve_tokens_stream_generator``, ~line 684: ``delta_token_ids =
 output.token_ids``), ``finish_reason`` (``"stop"``, ``"length"``, ``"abort"``)
