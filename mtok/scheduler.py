@@ -20,7 +20,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from .args import PortArgs, ServerArgs, read_args
 from .decoding import DecodeState, IncrementalDecoder, find_stop
-from .engines import Engine, EngineContext, EngineOutput, load_engine, missing_capability
+from .engines import EngineContext, EngineOutput, load_engine, missing_capability
 from .io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
@@ -32,6 +32,7 @@ from .io_struct import (
     TokenizedGenerateReqInput,
 )
 from .ipc import Receiver, Sender
+from .scheduler_async import AsyncEngineSupport, has_health
 from .metrics import publish
 from .procutil import ChildBoot, exit_now, on_signal
 from .status import SCHEDULER_SLOT, StatusBoard, status_shm_name
@@ -94,7 +95,7 @@ def by_model(reqs: Sequence[Any]) -> Dict[str, List[Any]]:
     return groups
 
 
-class Scheduler:
+class Scheduler(AsyncEngineSupport):
     def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes,
                  board: Optional[StatusBoard] = None):
         self.server_args = server_args
@@ -112,7 +113,7 @@ class Scheduler:
         self.embed_queue: List[TokenizedEmbeddingReqInput] = []
         self.step_delay = server_args.engine_step_delay
         # an engine that can fall ill (an upstream) is asked now and then, even when idle
-        self.idle_timeout = 1.0 if any(_has_health(rt.engine) for rt in self.models.values()) else None
+        self.idle_timeout = 1.0 if any(has_health(rt.engine) for rt in self.models.values()) else None
         # running plus waiting; past this a request is refused (503) at once
         self.capacity = server_args.max_running_requests + server_args.max_queued_requests
         self.recv_from_tokenizer = Receiver(port_args.scheduler_input_ipc_name, authkey)
@@ -164,14 +165,6 @@ class Scheduler:
             if problem is not None:
                 snap["engine_problem"] = problem  # /health reads it: 503 while set
             publish(self.board.extra(SCHEDULER_SLOT), snap)
-
-    def engine_problem(self) -> Optional[str]:
-        """Why some model's engine cannot serve now (its ``health()``), or None."""
-        for name, rt in self.models.items():
-            problem = rt.engine.health() if _has_health(rt.engine) else None
-            if problem:
-                return f"{name}: {problem}"
-        return None
 
     # -- messages ------------------------------------------------------------------
     def handle_generate(self, msg: TokenizedGenerateReqInput) -> None:
@@ -385,20 +378,6 @@ class Scheduler:
             return
         self._add_logprobs(req, "output", [row])
 
-    def engine_logprobs(self, req: Req, out: EngineOutput) -> None:
-        """Queue the rows an asynchronous engine sent: the prompt's (once) and the new tokens'."""
-        def row(r: Any, token: int) -> tuple:
-            if r is None:
-                return (None, token), None, None
-            own, top, ids = r
-            return ((None if own is None else float(own)), token), _pairs(top), \
-                (_pairs(ids) or [] if req.logprobs.token_ids is not None else None)
-        if out.input_logprobs is not None:
-            start = max(req.logprobs.start_len, 0)
-            self._add_logprobs(req, "input", [row(r, req.input_ids[start + i]) for i, r in enumerate(out.input_logprobs)])
-        rows = list(out.logprobs or ())
-        self._add_logprobs(req, "output", [row(rows[i] if i < len(rows) else None, t) for i, t in enumerate(req.new_ids)])
-
     def check_finished(self, batch: Sequence[Req]) -> None:
         with_stops = []
         for req in batch:
@@ -427,31 +406,6 @@ class Scheduler:
             new_texts = self.models[name].decoder.step([r.decode for r in group], final)
             for req, new in zip(group, new_texts):
                 self.check_stop_strings(req, new)
-
-    def stop_strings_one_by_one(self, req: Req) -> None:
-        """Several new tokens at once (an asynchronous engine): search for stop
-        strings after each, so the request ends at the token that completed one."""
-        decoder, new_ids, length_end = self.models[req.model].decoder, req.new_ids, req.finished_reason
-        for k, tok in enumerate(new_ids):
-            last = k == len(new_ids) - 1
-            req.decode.ids.append(tok)
-            new = decoder.step([req.decode], [last and length_end is not None])[0]
-            self.check_stop_strings(req, new)
-            if req.finished_reason is not None and req.finished_reason is not length_end:
-                self._cut(req, k + 1)
-                return
-
-    @staticmethod
-    def _cut(req: Req, keep: int) -> None:
-        """Drop the new tokens after the first ``keep`` (they came past the request's end)."""
-        drop = len(req.new_ids) - keep
-        if drop > 0:
-            del req.output_ids[-drop:]
-            req.new_ids = req.new_ids[:keep]
-            new = req.new_logprobs or {}
-            if "output_token_logprobs" in new:  # the rows of the dropped tokens go too
-                for key in [k for k in new if k.startswith("output_")]:
-                    del new[key][-drop:]
 
     @staticmethod
     def check_stop_strings(req: Req, new: str) -> None:
@@ -531,13 +485,3 @@ def run_scheduler_process(shm_name: str, authkey: bytes, parent_pid: int, ready_
         scheduler = Scheduler(server_args, port_args, authkey, StatusBoard.attach(status_shm_name(parent_pid)))
     on_signal(signal.SIGTERM, lambda: exit_now(0))
     scheduler.event_loop()
-
-
-def _has_health(engine: Any) -> bool:
-    """Whether ``engine`` has a health check of its own (the base class's always says fine)."""
-    hook = getattr(type(engine), "health", None)
-    return hook is not None and hook is not Engine.health
-
-
-def _pairs(rows: Any) -> Optional[List[Tuple[float, int]]]:
-    return None if rows is None else [(float(x), int(t)) for x, t in rows]
