@@ -195,6 +195,14 @@ def test_connections_are_bounded(front, standin):
 
 
 @pytest.mark.fast
+def test_stale_pooled_connections_are_retried(front, standin):
+    standin.behaviour["drop_idle"] = True
+    for i in range(8):  # every pooled connection is dead by the time it is reused
+        status, body = front.post("/generate", {"input_ids": [5 + i], "sampling_params": {"max_new_tokens": 2}})
+        assert status == 200 and body["output_ids"] == [5 + i] * 2, body
+
+
+@pytest.mark.fast
 def test_health_follows_the_upstream(standin):
     other = SGLangStandIn()
     port = other.port

@@ -138,6 +138,8 @@ class StandIn:
         self.event(h, None)
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
+        if b.get("drop_idle"):  # close the kept-alive connection without saying so
+            h.close_connection = True
 
     @staticmethod
     def event(h: BaseHTTPRequestHandler, obj: Optional[Dict[str, Any]]) -> None:

@@ -221,7 +221,15 @@ class UpstreamEngine(Engine):
                 flight.conn = conn
                 if flight.cancelled:
                     return
-            reusable = self._exchange(conn, flight, body)
+            reused = conn.sock is not None  # a fresh connection connects in its first request
+            try:
+                reusable = self._exchange(conn, flight, body)
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                if not reused or flight.seen or flight.finish is not None or flight.cancelled:
+                    raise
+                # a kept-alive connection the upstream had closed while idle: once more on a new one
+                conn.close()
+                reusable = self._exchange(conn, flight, body)
         except socket.timeout:
             self._fail(flight, 504, f"no answer from {self.url} within {self.pool.timeout:g} s")
         except (ConnectionRefusedError, socket.gaierror) as e:
