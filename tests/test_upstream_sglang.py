@@ -282,3 +282,14 @@ def test_bench_upstream_runs():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "per request" in out.stdout and "per token" in out.stdout
+
+
+@pytest.mark.fast
+def test_upstream_failure_mid_stream_is_an_error_event(front, standin):
+    standin.behaviour.update(delay=0.05, error_after=2)
+    events = front.stream("/generate", {"input_ids": [5, 6], "stream": True,
+                                        "sampling_params": {"max_new_tokens": 9}})
+    assert events[-1] == "[DONE]"
+    assert events[0]["output_ids"][:1] == [5]
+    err = events[-2]["error"]
+    assert err["code"] == 502 and "out of memory" in err["message"], events
