@@ -289,7 +289,7 @@ class Scheduler(AsyncEngineSupport):
         for req in batch:
             if req.logprobs is not None:
                 self.output_logprobs(req)
-        self.check_finished(batch)
+        self.check_finished([r for r in batch if r.new_ids])  # not those an engine ended with no new token
         for req in batch:
             if req.finished_reason is None and req.engine_finish is not None:
                 req.finished_reason = req.engine_finish
@@ -381,11 +381,11 @@ class Scheduler(AsyncEngineSupport):
     def check_finished(self, batch: Sequence[Req]) -> None:
         with_stops = []
         for req in batch:
-            if not req.new_ids:  # an asynchronous engine ended it with no new token
-                continue
+            # this step's tokens: several when an asynchronous engine sent them (new_ids), else the last one
+            new_ids = req.new_ids if len(req.new_ids) > 1 else req.output_ids[-1:]
             sp = req.sampling_params
-            base = len(req.output_ids) - len(req.new_ids)
-            for k, tok in enumerate(req.new_ids):  # several when an asynchronous engine sent them
+            base = len(req.output_ids) - len(new_ids)
+            for k, tok in enumerate(new_ids):
                 n = base + k + 1
                 if n >= sp.min_new_tokens and (
                         tok in sp.stop_token_ids or (not sp.ignore_eos and tok in self.models[req.model].eos_ids)):
@@ -399,7 +399,7 @@ class Scheduler(AsyncEngineSupport):
                 if len(req.new_ids) > 1:
                     self.stop_strings_one_by_one(req)
                 else:
-                    req.decode.ids.extend(req.new_ids)
+                    req.decode.ids.extend(new_ids)
                     with_stops.append(req)
         for name, group in by_model(with_stops).items():
             final = [r.finished_reason is not None for r in group]
