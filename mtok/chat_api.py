@@ -23,6 +23,7 @@ from . import fields
 from .io_struct import GenerateReqInput, LogprobParams
 from .logprobs import chat_content
 from .openai_api import openai_finish, parse_openai_sampling
+from .parse import parse_rid
 from .validate import as_bool, bad, check_unknown, get_bool, get_int, get_str, require_object
 
 if TYPE_CHECKING:
@@ -111,9 +112,10 @@ class ChatRoutes:
         if max_tokens is None:
             sp.max_new_tokens = max(1, model.context_length - len(ids))
         obj = GenerateReqInput(input_ids=ids, sampling_params=sp, stream=get_bool(body, "stream", False),
-                               model=model.name, lora_path=got.get("lora_path"), logprobs=chat_logprobs(got))
+                               model=model.name, lora_path=got.get("lora_path"), logprobs=chat_logprobs(got),
+                               rid=parse_rid(got.get("rid"), False, 1))
         parsers = [make_output_parser(body, model, self.args) for _ in range(obj.num_outputs)]  # one per choice
-        rid = self.tm.assign_rids(obj)[0]  # the id holds the rid: /abort_request takes it
+        rid = self.tm.assign_rids(obj)  # the id holds the rid: /abort_request takes it
         states = self.tm.generate_request(obj, req.watch)
         head = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model.name}
         if obj.stream:

@@ -106,16 +106,7 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
                 self.states[rid] = st  # re-inserted: the dict's order is recency
             states.append(st)
             finals.append(reason is not None)
-        if recv.models is None:
-            new_texts = self.decoders[self.default_model].step(states, finals)
-        else:
-            new_texts = [""] * len(states)
-            groups: Dict[str, List[int]] = {}
-            for i, name in enumerate(recv.models):
-                groups.setdefault(name or self.default_model, []).append(i)
-            for name, idx in groups.items():
-                for i, text in zip(idx, self.decoders[name].step([states[i] for i in idx], [finals[i] for i in idx])):
-                    new_texts[i] = text
+        new_texts = self._decode_step(recv, states, finals)
 
         out = BatchStrOutput(
             rids=recv.rids,
@@ -143,6 +134,19 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
             st.sent += end
         self._bound_states()
         return out
+
+    def _decode_step(self, recv: BatchTokenIDOutput, states: List[DecodeStatus], finals: List[bool]) -> List[str]:
+        """Each request's new text, one decoder call per model."""
+        if recv.models is None:
+            return self.decoders[self.default_model].step(states, finals)
+        new_texts = [""] * len(states)
+        groups: Dict[str, List[int]] = {}
+        for i, name in enumerate(recv.models):
+            groups.setdefault(name or self.default_model, []).append(i)
+        for name, idx in groups.items():
+            for i, text in zip(idx, self.decoders[name].step([states[i] for i in idx], [finals[i] for i in idx])):
+                new_texts[i] = text
+        return new_texts
 
     def logprob_triples(self, recv: BatchTokenIDOutput) -> List[Optional[Dict[str, list]]]:
         """Each (logprob, id) as SGLang's [logprob, id, text-or-None]; the texts of

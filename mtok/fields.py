@@ -68,15 +68,15 @@ _RETURN = "this server does not produce it"
 
 TABLE: Tuple[Field, ...] = (
     # -- the prompt and the request ---------------------------------------------------
-    Field("text", _where(GEN, ENC), USED), Field("input_ids", _where(GEN, ENC, CHAT), USED),
+    Field("text", _where(GEN, ENC), USED), Field("input_ids", _where(GEN, ENC), USED),
     Field("prompt", _where(CMPL), USED), Field("messages", _where(CHAT), USED),
     Field("input", _where(EMB), USED),
     Field("sampling_params", _where(GEN), USED), Field("stream", _where(GEN, OAI), USED, v.as_bool, False),
-    Field("stream_options", _where(OAI), USED), Field("rid", _where(GEN, ENC, OAI), USED),
+    Field("stream_options", _where(OAI), USED), Field("rid", _where(GEN, OAI), USED),
     Field("model", _where(GEN, ENC, OAI, EMB), USED, v.as_str),
     Field("encoding_format", _where(EMB), USED, v.as_str, "float"),
     Field("dimensions", _where(ENC, EMB), USED, lambda x, n: v.as_int(x, n, 1)),
-    Field("echo", _where(CMPL, CHAT), USED, v.as_bool, False),
+    Field("echo", _where(CMPL), USED, v.as_bool, False),
     Field("suffix", _where(CMPL), REFUSED, why="insertion (suffix) is not supported"),
     # -- generation length and stops ---------------------------------------------------
     Field("max_new_tokens", SAMPLING, USED, _int0, 128, ("max_tokens", "max_completion_tokens")),
@@ -121,9 +121,15 @@ TABLE: Tuple[Field, ...] = (
     Field("lora_path", _where(GEN, ENC, OAI, EMB), FORWARDED, v.as_str, capability="lora"),
     Field("lora_id", _where(GEN, ENC), FORWARDED, v.as_str, capability="lora"),
     # -- the chat endpoint's own fields (read by mtok's chat route) --------------------------
-    *_rows(USED, [CHAT], "tools tool_choice parallel_tool_calls functions function_call chat_template "
-           "chat_template_kwargs add_generation_prompt continue_final_message documents reasoning_effort "
-           "separate_reasoning stream_reasoning include_reasoning thinking"),
+    *_rows(USED, [CHAT], "tools tool_choice parallel_tool_calls chat_template_kwargs add_generation_prompt "
+           "continue_final_message documents reasoning_effort"),
+    Field("thinking", _where(CHAT), REFUSED, why="use 'chat_template_kwargs' (e.g. enable_thinking)"),
+    # read by the reasoning parsers (branch parsers); without a --reasoning-parser they change nothing
+    *_rows(USED, [CHAT], "separate_reasoning stream_reasoning include_reasoning"),
+    *_rows(REFUSED, [CHAT], "functions function_call", "use 'tools' and 'tool_choice'"),
+    Field("chat_template", _where(CHAT), REFUSED, why="the server's --chat-template renders every request"),
+    Field("input_ids", _where(CHAT), REFUSED, why="send 'messages'; the chat template makes the prompt"),
+    Field("echo", _where(CHAT), REFUSED, default=False, why="echoing the last message is not supported"),
     # -- asks for something this server cannot do -------------------------------------------
     *_rows(REFUSED, [GEN, ENC, OAI, EMB], "image_data video_data audio_data input_embeds "
            "mm_processor_kwargs images_config video_config max_dynamic_patch min_dynamic_patch "
@@ -148,7 +154,7 @@ TABLE: Tuple[Field, ...] = (
           why="prompts are always tokenized with the tokenizer's special tokens"),
     Field("embed_dtype", _where(EMB), REFUSED, default="float32", why="embeddings are float32"),
     Field("endianness", _where(EMB), REFUSED, default="native", why="embeddings are sent in native byte order"),
-    Field("rid", _where(EMB), IGNORED), Field("sampling_params", _where(ENC), IGNORED),
+    Field("rid", _where(ENC, EMB), IGNORED), Field("sampling_params", _where(ENC), IGNORED),
     # -- meaningless here: routing, tracing, accounting, caching hints ----------------------------
     *_rows(IGNORED, [GEN, SP, ENC, OAI, EMB], "routed_dp_rank data_parallel_rank disagg_prefill_dp_rank "
            "bootstrap_host bootstrap_port bootstrap_room bootstrap_pair_key decode_tp_size priority log_metrics "
@@ -186,6 +192,13 @@ def is_default(value: Any, default: Any) -> bool:
     return value is None or value is False or value == default or value in ("", [], {})
 
 
+def _unknown(key: str, strict: bool, prefix: str) -> None:
+    where = f" in {prefix.rstrip('.')}" if prefix else ""
+    if strict:
+        raise v.bad(f"unknown field {v.show(key)}{where}", prefix + key)
+    _log_once("unknown", key, where)
+
+
 def read(body: Dict[str, Any], api: str, strict: bool, prefix: str = "") -> Dict[str, Any]:
     """The fields of ``body`` mtok acts on, checked, by canonical name.
 
@@ -197,22 +210,45 @@ def read(body: Dict[str, Any], api: str, strict: bool, prefix: str = "") -> Dict
     out: Dict[str, Any] = {}
     for key, value in body.items():
         f = table.get(key)
-        param = prefix + key
         if f is None:
-            if strict:
-                raise v.bad(f"unknown field {v.show(key)}{' in ' + prefix.rstrip('.') if prefix else ''}", param)
-            _log_once("unknown", key, f" in {prefix.rstrip('.')}" if prefix else "")
+            _unknown(key, strict, prefix)
             continue
-        if f.action == IGNORED:
+        action = f.action
+        if action is USED or action is FORWARDED:
+            if value is None:
+                continue
+            if f.name in out:
+                names = (f.name,) + f.aliases
+                raise v.bad(f"give only one of {', '.join(repr(prefix + n) for n in names)}", prefix + key)
+            out[f.name] = value if f.check is None else f.check(value, prefix + key)
+        elif action is IGNORED:
             _log_once("ignored", key, "")
-            continue
-        if f.action == REFUSED:
-            if not is_default(value, f.default):
-                raise v.bad(f"'{param}' is not supported here: {f.why}", param)
-            continue
-        if value is None:
-            continue
-        if f.name in out:
-            raise v.bad(f"give only one of {', '.join(repr(prefix + n) for n in (f.name,) + f.aliases)}", param)
-        out[f.name] = f.check(value, param) if f.check is not None else value
+        elif not is_default(value, f.default):
+            raise v.bad(f"'{prefix + key}' is not supported here: {f.why}", prefix + key)
     return out
+
+
+def markdown() -> str:
+    """The table as docs/fields.md (``python -m mtok.fields > docs/fields.md``; a test keeps them equal)."""
+    lines = ["# Request fields", "",
+             "Generated from `mtok/fields.py` by `python -m mtok.fields > docs/fields.md`; do not edit by hand.",
+             "Where: `generate` (`/generate`), `sampling_params` (its `sampling_params`), `encode` (`/encode`),",
+             "`completions`, `chat` and `embeddings` (`/v1/...`).  A field in no row is ignored and logged once",
+             "(`--strict-fields`: a 400).", "",
+             "| field | aliases | where | what mtok does | default |", "|---|---|---|---|---|"]
+    for f in sorted(TABLE, key=lambda f: (_ORDER.index(f.action), f.name)):
+        what = f.action
+        if f.capability:
+            what += f" (engine capability `{f.capability}`)"
+        if f.why:
+            what += f": {f.why}"
+        aliases = ", ".join(f"`{a}`" for a in f.aliases)
+        default = "" if f.default is None else f"`{f.default!r}`"
+        lines.append(f"| `{f.name}` | {aliases} | {', '.join(sorted(f.where))} | {what} | {default} |")
+    return "\n".join(lines) + "\n"
+
+
+_ORDER = (USED, FORWARDED, REFUSED, IGNORED)
+
+if __name__ == "__main__":
+    print(markdown(), end="")

@@ -503,4 +503,3 @@ def make_listen_socket(host: str, port: int, reuseport: bool, listen: bool = Tru
 
 def reuseport_available() -> bool:
     return hasattr(socket, "SO_REUSEPORT")
-

@@ -11,7 +11,7 @@ OpenAI chat (``content[].{token, logprob, bytes, top_logprobs}``).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from .io_struct import LOGPROB_KEYS
 
@@ -51,10 +51,10 @@ class CompletionLogprobs:
             out["text_offset"].append(self.offset)
             self.offset += len(text)
             top = tops[i] if tops is not None and i < len(tops) else None
-            if top is None or lp is None:
+            if lp is None:  # the prompt's first token: no context, no logprob
                 out["top_logprobs"].append(None)
             else:
-                entry = {t or "": x for x, _, t in top}
+                entry = {t or "": x for x, _, t in top or ()}
                 entry.setdefault(text, lp)  # the sampled token is always listed (as vLLM does)
                 out["top_logprobs"].append(entry)
         return out
@@ -76,4 +76,3 @@ def chat_content(got: Dict[str, list], start: int = 0) -> List[Dict[str, Any]]:
                     "top_logprobs": [{"token": t or "", "logprob": x, "bytes": list((t or "").encode())}
                                      for x, _, t in (top or ())]})
     return out
-

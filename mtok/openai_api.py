@@ -143,8 +143,8 @@ class OpenAIRoutes:
     def completions(self, req: Request) -> Any:
         obj, opts = parse_completion(req.json(), self.args.strict_fields)
         model = self.tm.model(obj.model)
+        rid = self.tm.assign_rids(obj)  # the completion's id: /abort_request takes it
         states = self.tm.generate_request(obj, req.watch)
-        rid = obj.rid if isinstance(obj.rid, str) else obj.rid[0].rpartition("-")[0]  # type: ignore[index]
         head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model.name}
         choices = CompletionChoices(obj, opts, model.tokenizer)
         if obj.stream:

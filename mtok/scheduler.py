@@ -16,11 +16,11 @@ import operator
 import os
 import signal
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 from .args import PortArgs, ServerArgs, read_args
 from .decoding import DecodeState, IncrementalDecoder, find_stop
-from .engines import EngineContext, EngineOutput, load_engine, missing_capability
+from .engines import EngineContext, EngineOutput, capability_refusal, load_engine
 from .io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
@@ -37,6 +37,7 @@ from .metrics import publish
 from .procutil import ChildBoot, exit_now, on_signal
 from .status import SCHEDULER_SLOT, StatusBoard, status_shm_name
 from .models import load_tokenizers
+from .scheduler_logprobs import LogprobSteps
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def by_model(reqs: Sequence[Any]) -> Dict[str, List[Any]]:
     return groups
 
 
-class Scheduler(AsyncEngineSupport):
+class Scheduler(LogprobSteps, AsyncEngineSupport):
     def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes,
                  board: Optional[StatusBoard] = None):
         self.server_args = server_args
@@ -170,20 +171,15 @@ class Scheduler(AsyncEngineSupport):
     def handle_generate(self, msg: TokenizedGenerateReqInput) -> None:
         req = Req(msg)
         req.model = req.model or self.default_model
-        missing = missing_capability(self.models[req.model].engine, req) if req.model in self.models else None
+        refusal = capability_refusal(self.models[req.model].engine, req) if req.model in self.models else None
         if req.model not in self.models:
             req.finished_reason = abort_reason(f"unknown model {req.model!r}", 404)
-        elif missing is not None:
-            cap, param = missing
-            req.finished_reason = abort_reason(
-                f"'{param}' is not supported by the engine of model {req.model!r} "
-                f"({type(self.models[req.model].engine).__name__} does not declare the '{cap}' capability)"
-                + (" ('response_format' asks for it too)" if cap == "json_schema" else ""), 400)
-            req.finished_reason["param"] = param
+        elif refusal is not None:
+            req.finished_reason = dict(abort_reason(refusal[0], 400), param=refusal[1])
         elif req.logprobs is not None and req.logprobs.start_len > len(req.input_ids):
-            req.finished_reason = abort_reason(
-                f"'logprob_start_len' ({req.logprobs.start_len}) exceeds the prompt's {len(req.input_ids)} tokens", 400)
-            req.finished_reason["param"] = "logprob_start_len"
+            req.finished_reason = dict(abort_reason(f"'logprob_start_len' ({req.logprobs.start_len}) exceeds the "
+                                                    f"prompt's {len(req.input_ids)} tokens", 400),
+                                       param="logprob_start_len")
         elif msg.rid in self.reqs:
             req.finished_reason = abort_reason(f"request id {msg.rid!r} is already in use", 400)
         elif len(self.reqs) >= self.capacity:
@@ -223,7 +219,8 @@ class Scheduler(AsyncEngineSupport):
 
     def rpc_flush_cache(self) -> Dict[str, Any]:
         """Every engine that has a cache drops it; one without the capability is an error."""
-        lacking = [name for name, rt in self.models.items() if "flush_cache" not in rt.engine.capabilities]
+        lacking = [name for name, rt in self.models.items()
+                   if "flush_cache" not in getattr(rt.engine, "capabilities", ())]
         if lacking:
             raise LookupError(f"the engine of {', '.join(map(repr, lacking))} has no 'flush_cache' capability")
         for rt in self.models.values():
@@ -287,7 +284,9 @@ class Scheduler(AsyncEngineSupport):
             self.step_model(self.models[name], group)
         batch = [r for r in self.running if r.new_ids or r.engine_finish is not None]
         for req in batch:
-            if req.logprobs is not None:
+            if req.engine_rows is not None and req.logprobs is not None:
+                self.engine_logprobs(req, req.engine_rows)  # an asynchronous engine sent them with the tokens
+            elif req.logprobs is not None:
                 self.output_logprobs(req)
         self.check_finished([r for r in batch if r.new_ids])  # not those an engine ended with no new token
         for req in batch:
@@ -329,54 +328,6 @@ class Scheduler(AsyncEngineSupport):
             req.new_ids = out.ids
             req.engine_finish = out.finish
             req.engine_rows = out if rt.engine.asynchronous else None
-
-    def _logprob_rows(self, req: Req, position: int) -> Tuple[tuple, list, Optional[list]]:
-        lp = req.logprobs
-        engine = self.models[req.model].engine
-        token = (req.input_ids + req.output_ids)[position]
-        own, top, ids = engine.logprobs(req, position, lp.top_n, lp.token_ids)
-        return (float(own), token), [(float(x), int(t)) for x, t in top], \
-            [(float(x), int(t)) for x, t in ids] if lp.token_ids is not None else None
-
-    def _add_logprobs(self, req: Req, side: str, rows: List[tuple]) -> None:
-        """Queue (own, top, ids) rows of ``side`` (input/output) for the next output message."""
-        lp = req.logprobs
-        new = req.new_logprobs = req.new_logprobs or {}
-        new.setdefault(f"{side}_token_logprobs", []).extend(r[0] for r in rows)
-        if lp.top_n > 0:
-            new.setdefault(f"{side}_top_logprobs", []).extend(r[1] for r in rows)
-        if lp.token_ids is not None:
-            new.setdefault(f"{side}_token_ids_logprobs", []).extend(r[2] for r in rows)
-
-    def prompt_logprobs(self, req: Req) -> None:
-        """The prompt's logprobs from ``start_len`` on; the first token has none (no context)."""
-        start = req.logprobs.start_len
-        if start < 0 or start >= len(req.input_ids):
-            self._add_logprobs(req, "input", [])
-            return
-        rows: List[tuple] = []
-        if start == 0:
-            rows.append(((None, req.input_ids[0]), None, None))
-            start = 1
-        try:
-            rows += [self._logprob_rows(req, p) for p in range(start, len(req.input_ids))]
-        except Exception as e:  # an engine's bug fails its request, not the scheduler
-            logger.exception("prompt logprobs of %s failed", req.rid)
-            self.abort(req, abort_reason(f"engine error: {type(e).__name__}: {e}", 500))
-            return
-        self._add_logprobs(req, "input", rows)
-
-    def output_logprobs(self, req: Req) -> None:
-        if req.engine_rows is not None:  # an asynchronous engine sent them with the tokens
-            self.engine_logprobs(req, req.engine_rows)
-            return
-        try:
-            row = self._logprob_rows(req, len(req.input_ids) + len(req.output_ids) - 1)
-        except Exception as e:
-            logger.exception("output logprobs of %s failed", req.rid)
-            req.finished_reason = abort_reason(f"engine error: {type(e).__name__}: {e}", 500)
-            return
-        self._add_logprobs(req, "output", [row])
 
     def check_finished(self, batch: Sequence[Req]) -> None:
         with_stops = []

@@ -38,7 +38,7 @@ from .ipc import Receiver, Sender, SenderWrapper
 from .metrics import Metrics
 from .models import load_tokenizers
 from .tokenizer import Tokenizer
-from .validate import APIError, bad
+from .validate import APIError, bad, show
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,8 @@ class TokenizerManager:
         else:
             prompts = obj.input_ids if obj.is_batch else [obj.input_ids]  # type: ignore[list-item]
             model.check_ids(prompts, "input_ids")  # type: ignore[arg-type]
-        rids = self.assign_rids(obj)
+        self.assign_rids(obj)
+        rids = obj.rid if isinstance(obj.rid, list) else [obj.rid]
         out = []
         for i, ids in enumerate(prompts):
             sp = obj.params_at(i)
@@ -177,7 +178,7 @@ class TokenizerManager:
             if len(ids) + sp.max_new_tokens > model.context_length:
                 raise bad(
                     f"this model's maximum context length is {model.context_length} tokens; the prompt has "
-                    f"{len(ids)} and {sp.max_new_tokens} more were requested{where}",
+                    f"{len(ids)} and {show(sp.max_new_tokens)} more were requested{where}",
                     "max_new_tokens",
                 )
             model.check_ids([sp.stop_token_ids], "stop_token_ids")
@@ -200,13 +201,16 @@ class TokenizerManager:
             raise bad("this server runs with --skip-tokenizer-init: it cannot match stop strings; "
                       "use 'stop_token_ids'", "stop")
 
-    def assign_rids(self, obj: GenerateReqInput) -> List[str]:
-        """One rid per prompt, made here when the client gave none; ``obj.rid`` is
-        set too, so the OpenAI routes can use it as the completion id."""
+    def assign_rids(self, obj: GenerateReqInput) -> str:
+        """Give ``obj`` one rid per prompt when the client gave none, and return the
+        id of the whole request (a completion's id): its rid, or for a batch the
+        prefix of the rids made here (``/abort_request`` on it aborts them all),
+        or the first of the client's."""
         if obj.rid is None:
             base = self.new_rid()
             obj.rid = [f"{base}-{i}" for i in range(obj.batch_size)] if obj.is_batch else base
-        return obj.rid if isinstance(obj.rid, list) else [obj.rid]
+            return base
+        return obj.rid[0] if isinstance(obj.rid, list) else obj.rid
 
     def generate_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> Iterator[ReqState]:
         """Yield each request's state as it changes (every step when streaming,
@@ -404,7 +408,7 @@ class ModelEntry:
         for ids in seqs:
             for t in ids:
                 if not 0 <= t < n:
-                    raise bad(f"token id {t} is out of range for a vocabulary of {n}", param)
+                    raise bad(f"token id {show(t)} is out of range for a vocabulary of {n}", param)
 
 
 class TokenizerWorker(TokenizerManager):

@@ -70,7 +70,7 @@ def parse_json(raw: bytes) -> Any:
         raise bad("request body is nested too deeply") from None
     except ValueError as e:
         raise bad(f"request body is not valid JSON: {e}") from None
-    if _SURROGATE_ESCAPE.search(text):  # rare: only then walk the value
+    if _SURROGATE_ESCAPE.search(text):  # rare: only then walk the value (~1 us per 2 KB otherwise)
         check_text(value)
     return value
 
@@ -185,12 +185,6 @@ def get_int(body: Dict[str, Any], key: str, default: Optional[int], lo: Optional
             hi: Optional[int] = None, param: Optional[str] = None) -> Optional[int]:
     v = body.get(key)
     return default if v is None else as_int(v, param or key, lo, hi)
-
-
-def get_float(body: Dict[str, Any], key: str, default: float, lo: Optional[float] = None,
-              hi: Optional[float] = None, param: Optional[str] = None) -> float:
-    v = body.get(key)
-    return default if v is None else as_float(v, param or key, lo, hi)
 
 
 def get_str(body: Dict[str, Any], key: str, default: Optional[str] = None, param: Optional[str] = None) -> Optional[str]:

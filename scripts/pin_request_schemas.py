@@ -8,7 +8,8 @@ nothing is imported -- and writes the field names to
 walks the table against.
 
     python scripts/pin_request_schemas.py --sglang /work/wheels/sglang/sglang \\
-        --vllm /work/wheels/vllm/vllm --openai "$(python -c 'import openai,os;print(os.path.dirname(openai.__file__))')"
+        --vllm /work/wheels/vllm/vllm --openai "$(python -c 'import openai,os;print(os.path.dirname(openai.__file__))')" \\
+        --label sglang=0.5.23 --label vllm=0.33.0
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import ast
 import json
 import os
+import re
 import sys
 from typing import Dict, List
 
@@ -98,6 +100,8 @@ def main() -> int:
     p.add_argument("--vllm", required=True, help="the vllm package directory")
     p.add_argument("--openai", required=True, help="the openai package directory")
     p.add_argument("--out", default=OUT)
+    p.add_argument("--label", action="append", default=[], metavar="PKG=VERSION",
+                   help="the version to record when the sources do not say (e.g. sglang=0.5.23)")
     ns = p.parse_args()
     roots = {"sglang": ns.sglang, "vllm": ns.vllm, "openai": ns.openai}
     result: Dict[str, List[str]] = {}
@@ -109,9 +113,8 @@ def main() -> int:
         else:
             with open(paths[0], encoding="utf-8") as f:
                 result[schema] = sorted(api_fields(classes, cls, f.read()))
-    versions = {}
-    for pkg, root in roots.items():
-        versions[pkg] = _version(root)
+    versions = {pkg: _version(root) for pkg, root in roots.items()}
+    versions.update(dict(x.split("=", 1) for x in ns.label))
     with open(ns.out, "w", encoding="utf-8") as f:
         json.dump({"versions": versions, "schemas": result}, f, indent=1, sort_keys=True)
         f.write("\n")
@@ -120,13 +123,19 @@ def main() -> int:
 
 
 def _version(root: str) -> str:
+    """The package version from its version file or a dist-info beside it; --label overrides."""
+    pattern = re.compile(r"(\d+\.\d+\.\d+[\w.]*)")
     for name in ("version.py", "_version.py"):
         path = os.path.join(root, name)
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as f:
-                for line in f:
-                    if "version" in line and "=" in line and ('"' in line or "'" in line):
-                        return line.split("=", 1)[1].strip().strip("\"'")
+                m = pattern.search(f.read())
+            if m:
+                return m.group(1)
+    parent = os.path.dirname(os.path.abspath(root))
+    for entry in sorted(os.listdir(parent)):
+        if entry.startswith(os.path.basename(root) + "-") and entry.endswith(".dist-info"):
+            return entry[len(os.path.basename(root)) + 1: -len(".dist-info")]
     return "unknown"
 
 

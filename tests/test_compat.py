@@ -150,6 +150,8 @@ def test_openai_completions_logprobs_echo_and_n(srv):
         assert sum(len(c.logprobs.tokens) for c in mine if c.logprobs) == len(ids)
         assert mine[-1].finish_reason == "length"
     assert resp.id and srv.post("/v1/completions", {"prompt": "x", "max_tokens": 1, "suffix": "y"})[0] == 400
+    zero = client.completions.create(model="m", prompt=prompt, max_tokens=2, logprobs=0).choices[0].logprobs
+    assert zero.top_logprobs == [{t: x} for t, x in zip(zero.tokens, zero.token_logprobs)]  # the sampled token
 
 
 def test_openai_chat_logprobs_and_n(srv):
@@ -198,8 +200,8 @@ def test_probe_routes_and_put(srv):
 def test_abort_by_completion_id_and_abort_all(server_factory):
     slow = server_factory("--engine-step-delay", "0.05")
     conn = slow.conn()
-    conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "slow " * 50, "max_tokens": 200,
-                                                              "stream": True, "n": 2}),
+    conn.request("POST", "/v1/completions", body=json.dumps({"prompt": ["slow " * 50, "slower " * 50],
+                                                              "max_tokens": 200, "stream": True, "n": 2}),
                  headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     events = parse_sse(resp)
@@ -208,7 +210,7 @@ def test_abort_by_completion_id_and_abort_all(server_factory):
     assert status == 200 and body["aborted"] is True
     rest = [e for e in events if e != "[DONE]"]
     reasons = [c["finish_reason"] for e in [first] + rest for c in e["choices"] if c["finish_reason"]]
-    assert reasons == ["abort", "abort"]
+    assert reasons == ["abort"] * 4  # two prompts, two choices each
     results = []
     t = threading.Thread(target=lambda: results.append(slow.post("/generate", {
         "text": ["x y", "z w"], "sampling_params": {"max_new_tokens": 500}})))
@@ -250,3 +252,65 @@ def test_incremental_streaming_output(server_factory):
     assert [t for e in events for t in e["output_ids"]] == whole["output_ids"]
     assert [x for e in events for x in e["meta_info"]["output_token_logprobs"]] == \
         whole["meta_info"]["output_token_logprobs"]
+
+
+# -- issue 16, finding 11 ------------------------------------------------------------------
+def test_huge_numbers_are_short_400s(srv):
+    huge = 10 ** 4000
+    for path, body, param in (
+            ("/generate", {"text": "a", "sampling_params": {"temperature": huge}}, "sampling_params.temperature"),
+            ("/generate", {"text": "a", "sampling_params": {"frequency_penalty": -huge}},
+             "sampling_params.frequency_penalty"),
+            ("/generate", {"text": "a", "sampling_params": {"max_new_tokens": huge}}, "max_new_tokens"),
+            ("/generate", {"input_ids": [huge]}, "input_ids"),
+            ("/v1/completions", {"prompt": "a", "top_p": huge}, "top_p"),
+            ("/v1/completions", {"prompt": "a", "repetition_penalty": huge}, "repetition_penalty"),
+            ("/v1/completions", {"prompt": "a", "max_tokens": 4, "min_tokens": 5}, "min_new_tokens"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "min_p": huge}, "min_p"),
+    ):
+        status, resp = srv.post(path, body)
+        assert status == 400 and resp["error"]["param"] == param, (body, resp)
+        assert len(resp["error"]["message"]) < 300, resp["error"]["message"][:300]
+
+
+def test_prompt_scoring_with_echo_and_no_tokens(srv):
+    prompt = "score this prompt"
+    ids = ids_of(srv, prompt)
+    status, resp = srv.post("/v1/completions", {"prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 1})
+    assert status == 200, resp
+    choice = resp["choices"][0]
+    assert choice["text"] == prompt and len(choice["logprobs"]["tokens"]) == len(ids)
+    assert choice["logprobs"]["token_logprobs"][0] is None and resp["usage"]["completion_tokens"] == 0
+
+
+def test_odd_bytes_in_query_and_headers_are_not_500s(srv):
+    conn = srv.conn()
+    conn.putrequest("GET", "/get_model_info?model=%ED%A0%80%FF")
+    conn.putheader("X-Odd", b"\xed\xa0\x80\xff")
+    conn.putheader("Authorization", b"Bearer \xed\xa0\x80")
+    conn.endheaders()
+    resp = conn.getresponse()
+    assert resp.status in (200, 400, 404), resp.read()
+    resp.read()
+    assert srv.post("/generate", {"text": "still here"})[0] == 200
+
+
+def test_an_engine_without_capabilities_refuses_clearly(server_factory):
+    srv = server_factory("--engine", os.path.join(ROOT, "examples", "custom_engine.py") + ":BigramEngine")
+    status, _, resp = srv.request("POST", "/flush_cache", b"")
+    assert status == 400 and "flush_cache" in resp["error"]["message"], resp
+    for body, param in (({"return_logprob": True}, "return_logprob"),
+                        ({"sampling_params": {"max_new_tokens": 0}}, "max_new_tokens"),
+                        ({"sampling_params": {"n": 2}}, "n")):
+        status, resp = srv.post("/generate", dict(body, text="the cat"))
+        assert status == 400 and resp["error"]["param"] == param, resp
+        assert "BigramEngine" in resp["error"]["message"]
+    assert srv.post("/generate", {"text": "the cat", "sampling_params": {"max_new_tokens": 2}})[0] == 200
+
+
+def test_client_rids_on_openai_routes(srv):
+    status, resp = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 1, "rid": "my-cmpl-1"})
+    assert status == 200 and resp["id"] == "my-cmpl-1"
+    status, resp = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1,
+                                                     "rid": "my-chat-1"})
+    assert status == 200 and resp["id"] == "chatcmpl-my-chat-1"

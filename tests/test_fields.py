@@ -177,3 +177,9 @@ def test_unknown_fields_are_ignored_and_strict_fields_refuses_them(srv, server_f
     assert status == 400 and resp["error"]["param"] == "typo_tokens", resp
     # known-but-ignored fields are not typos
     assert strict.post("/generate", {"text": "a", "routed_dp_rank": 3, "log_metrics": False})[0] == 200
+
+
+@pytest.mark.fast
+def test_docs_fields_md_is_generated_from_the_table():
+    with open(os.path.join(ROOT, "docs", "fields.md")) as f:
+        assert f.read() == fields.markdown(), "run: python -m mtok.fields > docs/fields.md"

@@ -114,6 +114,17 @@ class Engine:
         return None
 
 
+def capability_refusal(engine: Any, req: Any) -> Optional[Tuple[str, str]]:
+    """(message, field) when ``engine`` cannot serve what ``req`` asks; None when it can."""
+    missing = missing_capability(engine, req)
+    if missing is None:
+        return None
+    cap, param = missing
+    also = " ('response_format' asks for it too)" if cap == "json_schema" else ""
+    return (f"'{param}' is not supported by the engine of model {req.model!r} ({type(engine).__name__} "
+            f"does not declare the '{cap}' capability){also}", param)
+
+
 def missing_capability(engine: Any, req: Any) -> Optional[Tuple[str, str]]:
     """(capability, the field that asks for it) for the first thing ``req`` asks
     of ``engine`` that the engine does not declare; None if it can serve it."""
