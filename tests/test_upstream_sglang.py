@@ -293,3 +293,11 @@ def test_upstream_failure_mid_stream_is_an_error_event(front, standin):
     assert events[0]["output_ids"][:1] == [5]
     err = events[-2]["error"]
     assert err["code"] == 502 and "out of memory" in err["message"], events
+
+
+@pytest.mark.fast
+def test_flush_cache_reaches_the_upstream(front, standin):
+    standin.flushed = 0
+    status, body = front.post("/flush_cache", {})
+    assert status == 200, body
+    assert standin.flushed == 1

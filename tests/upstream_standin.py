@@ -86,6 +86,7 @@ class StandIn:
 
     def post(self, h: BaseHTTPRequestHandler, path: str, body: Dict[str, Any]) -> None:
         if path == "/flush_cache":
+            self.flushed = getattr(self, "flushed", 0) + 1
             self.reply(h, 200, {})
             return
         with self.lock:
