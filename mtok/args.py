@@ -4,6 +4,11 @@ The main process writes :class:`ServerArgs` and :class:`PortArgs` as JSON into a
 shared-memory segment named ``mtok_args_<pid>`` before any child starts; each
 child reads it back by name.  JSON rather than pickle: the segment is a file
 under /dev/shm, and nothing read from a file should be able to run code.
+
+Where shared memory is unavailable (no /dev/shm, or ``MTOK_SHM_DIR`` names a
+directory that does not exist) the same JSON travels to each child over the
+process-start pipe instead (:func:`args_ref`), and segments whose name is a
+path are files mapped with mmap (``mtok.filemem``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from .chat import BACKENDS as CHAT_TEMPLATE_BACKENDS
+from .filemem import FileSegment, is_file_segment
 from .ipc import ipc_name
 
 if TYPE_CHECKING:
@@ -30,6 +36,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SHM_PREFIX = "mtok_"
+SHM_DIR_ENV = "MTOK_SHM_DIR"  # where POSIX shared memory lives; a missing directory turns it off
 
 
 @dataclass
@@ -52,6 +59,10 @@ class ServerArgs:
     worker_timeout: float = 30.0
     graceful_timeout: float = 30.0
     http_timeout: float = 60.0
+    request_timeout: float = 600.0
+    max_prompts_per_request: int = 4096
+    max_stop_strings: int = 256
+    max_stop_chars: int = 16384
     listen_mode: str = "auto"
     chat_template: List[str] = field(default_factory=list)
     chat_template_backend: str = "auto"
@@ -60,6 +71,8 @@ class ServerArgs:
     incremental_streaming_output: bool = False
     skip_tokenizer_init: bool = False
     cors_allow_origins: List[str] = field(default_factory=list)
+    tool_call_parser: List[str] = field(default_factory=list)
+    reasoning_parser: List[str] = field(default_factory=list)
 
     @property
     def model_name(self) -> str:
@@ -111,13 +124,24 @@ class ServerArgs:
           help="largest HTTP body accepted (default: %(default)s)")
         a("--max-connections", type=int, default=d.max_connections,
           help="open client connections per worker; more get 503 (default: %(default)s)")
-        a("--api-key", default=None, help="require 'Authorization: Bearer KEY' on all endpoints but /health")
+        a("--api-key", default=None, help="require 'Authorization: Bearer KEY' on all endpoints but /health "
+          "(visible to ps: prefer --api-key-file or MTOK_API_KEY)")
+        a("--api-key-file", default=None, metavar="PATH", help="read the API key from this file's first line")
         a("--worker-timeout", type=float, default=d.worker_timeout,
           help="seconds without a heartbeat before a worker is replaced (default: %(default)s)")
         a("--graceful-timeout", type=float, default=d.graceful_timeout,
           help="seconds SIGTERM waits for requests in flight (default: %(default)s)")
         a("--http-timeout", type=float, default=d.http_timeout,
-          help="seconds a client may take to send a request (default: %(default)s)")
+          help="seconds a client may take to send a request, or to take a piece of its response "
+               "(default: %(default)s)")
+        a("--request-timeout", type=float, default=d.request_timeout,
+          help="seconds a request may run before it fails with 504 (default: %(default)s)")
+        a("--max-prompts-per-request", type=int, default=d.max_prompts_per_request,
+          help="prompts in one batch request (default: %(default)s)")
+        a("--max-stop-strings", type=int, default=d.max_stop_strings,
+          help="stop strings in one request (default: %(default)s)")
+        a("--max-stop-chars", type=int, default=d.max_stop_chars,
+          help="characters in all of a request's stop strings together (default: %(default)s)")
         a("--listen-mode", choices=("auto", "reuseport", "shared"), default=d.listen_mode,
           help="how workers share the port: one inherited socket ('shared', what auto picks) or "
                "one SO_REUSEPORT socket each (default: %(default)s)")
@@ -137,11 +161,19 @@ class ServerArgs:
                "as SGLang's flag: lets one mtok front another (default: off)")
         a("--cors-allow-origins", nargs="*", default=[], metavar="ORIGIN",
           help="origins browsers may call from ('*' for any; default: none)")
+        a("--tool-call-parser", action="append", default=[], metavar="[MODEL=]NAME",
+          help="SGLang's tool-call parser name (hermes, qwen25, llama3, mistral, ...); "
+               "MODEL= sets it for one --model only; repeatable")
+        a("--reasoning-parser", action="append", default=[], metavar="[MODEL=]NAME",
+          help="SGLang's reasoning parser name (deepseek-r1, qwen3, glm45, kimi, ...); "
+               "MODEL= sets it for one --model only; repeatable")
 
     @classmethod
     def from_cli_args(cls, ns: argparse.Namespace) -> "ServerArgs":
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in vars(ns).items() if k in names})
+        args = cls(**{k: v for k, v in vars(ns).items() if k in names})
+        args.api_key = resolve_api_key(args.api_key, getattr(ns, "api_key_file", None))
+        return args
 
     def check(self) -> None:
         """Refuse settings that cannot work, with a message a user can act on."""
@@ -150,10 +182,11 @@ class ServerArgs:
             problems.append("--tokenizer-worker-num must be at least 1")
         if not 0 <= self.port <= 65535:
             problems.append("--port must be in 0..65535")
-        for name in ("max_running_requests", "max_queued_requests", "max_request_bytes", "max_connections"):
+        for name in ("max_running_requests", "max_queued_requests", "max_request_bytes", "max_connections",
+                     "max_prompts_per_request", "max_stop_strings", "max_stop_chars"):
             if getattr(self, name) < 1:
                 problems.append(f"--{name.replace('_', '-')} must be positive")
-        for name in ("worker_timeout", "graceful_timeout", "http_timeout"):
+        for name in ("worker_timeout", "graceful_timeout", "http_timeout", "request_timeout"):
             if getattr(self, name) <= 0:
                 problems.append(f"--{name.replace('_', '-')} must be positive")
         if self.engine_step_delay < 0:
@@ -170,10 +203,26 @@ class ServerArgs:
             else:
                 if len(set(names)) != len(names):
                     problems.append("--model names must be distinct")
+        problems.extend(self._parser_problems())
         if not problems:
             problems.extend(self._check_chat_templates())
         if problems:
             raise ValueError("; ".join(problems))
+
+    def parsers(self) -> "Dict[str, Dict[str, str]]":
+        """{"tool": {model: parser}, "reasoning": {model: parser}} from the two flags."""
+        from .parsers import REASONING_FORMATS, TOOL_PARSERS, per_model
+
+        names = [s.name for s in self.model_specs()]
+        return {"tool": per_model(self.tool_call_parser, names, TOOL_PARSERS, "--tool-call-parser"),
+                "reasoning": per_model(self.reasoning_parser, names, REASONING_FORMATS, "--reasoning-parser")}
+
+    def _parser_problems(self) -> List[str]:
+        try:
+            self.parsers()
+        except ValueError as e:
+            return [str(e)]
+        return []
 
     def _check_chat_templates(self) -> List[str]:
         """Template files that do not exist, and a backend that is not there, are refused before boot."""
@@ -197,6 +246,26 @@ class ServerArgs:
         return problems
 
 
+API_KEY_ENV = "MTOK_API_KEY"
+
+
+def resolve_api_key(flag: Optional[str], path: Optional[str]) -> Optional[str]:
+    """--api-key, else --api-key-file's first line, else $MTOK_API_KEY, else none.
+    The flag is visible to every local user (``ps``); the other two are not."""
+    if flag is not None and path is not None:
+        raise ValueError("give --api-key or --api-key-file, not both")
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                key = f.readline().strip()
+        except OSError as e:
+            raise ValueError(f"--api-key-file {path}: {e.strerror or e}") from None
+        if not key:
+            raise ValueError(f"--api-key-file {path} is empty")
+        return key
+    return flag if flag is not None else (os.environ.get(API_KEY_ENV) or None)
+
+
 @dataclass
 class PortArgs:
     """The IPC names of the fixed endpoints; worker names are made per process."""
@@ -206,15 +275,17 @@ class PortArgs:
     detokenizer_ipc_name: str = ""
     tokenizer_ipc_name: str = ""
     tokenizer_worker_ipc_name: str = ""
+    status_name: str = ""  # the status board: a shared-memory name, or a file path
 
     @classmethod
-    def in_dir(cls, sock_dir: str) -> "PortArgs":
+    def in_dir(cls, sock_dir: str, status_name: str = "") -> "PortArgs":
         return cls(
             sock_dir=sock_dir,
             scheduler_input_ipc_name=ipc_name(sock_dir, "scheduler"),
             detokenizer_ipc_name=ipc_name(sock_dir, "detokenizer"),
             tokenizer_ipc_name=ipc_name(sock_dir, "tokenizer"),
             tokenizer_worker_ipc_name=ipc_name(sock_dir, "router"),
+            status_name=status_name or os.path.join(sock_dir, "status"),
         )
 
 
@@ -247,7 +318,22 @@ def _untracked() -> Iterator[None]:
         resource_tracker.register, resource_tracker.unregister = saved  # type: ignore[assignment]
 
 
-def _open(name: str, create: bool = False, size: int = 0) -> shared_memory.SharedMemory:
+def shared_memory_usable() -> bool:
+    """Whether POSIX shared memory works here: ``MTOK_SHM_DIR`` (default
+    /dev/shm) must be a directory, and a small probe segment must open."""
+    shm_dir = os.environ.get(SHM_DIR_ENV)
+    if shm_dir is not None and not os.path.isdir(shm_dir):
+        return False
+    try:
+        unlink_shm(create_shm(f"{SHM_PREFIX}probe_{os.getpid()}", 8))
+    except OSError:
+        return False
+    return True
+
+
+def _open(name: str, create: bool = False, size: int = 0) -> Any:
+    if is_file_segment(name):
+        return FileSegment(name, create, size)
     kwargs = {"track": False} if sys.version_info >= (3, 13) else {}
     with _untracked():
         return shared_memory.SharedMemory(name=name, create=create, size=size, **kwargs)
@@ -266,21 +352,29 @@ def create_shm(name: str, size: int) -> shared_memory.SharedMemory:
     return _open(name, create=True, size=size)
 
 
+def args_json(server_args: ServerArgs, port_args: PortArgs) -> str:
+    return json.dumps({"server": dataclasses.asdict(server_args), "port": dataclasses.asdict(port_args)})
+
+
 def write_args(name: str, server_args: ServerArgs, port_args: PortArgs) -> shared_memory.SharedMemory:
-    payload = json.dumps({"server": dataclasses.asdict(server_args), "port": dataclasses.asdict(port_args)}).encode()
+    payload = args_json(server_args, port_args).encode()
     shm = create_shm(name, _LEN.size + len(payload))
     _LEN.pack_into(shm.buf, 0, len(payload))
     shm.buf[_LEN.size : _LEN.size + len(payload)] = payload
     return shm
 
 
-def read_args(name: str) -> "tuple[ServerArgs, PortArgs]":
-    shm = attach_shm(name)
-    try:
-        (n,) = _LEN.unpack_from(shm.buf, 0)
-        data: Dict[str, Any] = json.loads(bytes(shm.buf[_LEN.size : _LEN.size + n]))
-    finally:
-        shm.close()
+def read_args(ref: str) -> "tuple[ServerArgs, PortArgs]":
+    """The arguments from a segment's name, or inline JSON (the no-shm fallback)."""
+    if ref.startswith("{"):
+        data: Dict[str, Any] = json.loads(ref)
+    else:
+        shm = attach_shm(ref)
+        try:
+            (n,) = _LEN.unpack_from(shm.buf, 0)
+            data = json.loads(bytes(shm.buf[_LEN.size : _LEN.size + n]))
+        finally:
+            shm.close()
     return ServerArgs(**data["server"]), PortArgs(**data["port"])
 
 
@@ -308,8 +402,9 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_segments(shm_dir: str = "/dev/shm") -> List[str]:
+def remove_stale_segments(shm_dir: Optional[str] = None) -> List[str]:
     """Unlink ``mtok_*_<pid>`` segments whose server is dead (killed without cleanup)."""
+    shm_dir = shm_dir or os.environ.get(SHM_DIR_ENV, "/dev/shm")
     removed = []
     pattern = re.compile(rf"^{SHM_PREFIX}[a-z]+_(\d+)$")
     try:

@@ -61,7 +61,9 @@ class OutputParser:
 
 def make_output_parser(body: Dict[str, Any], model: "ModelEntry", server_args: Any) -> OutputParser:
     """The hook: which parser a chat request's output goes through."""
-    return OutputParser()
+    from .chat_parsing import output_parser_for
+
+    return output_parser_for(body, model.name, server_args) or OutputParser()
 
 
 def _check_chat_only(body: Dict[str, Any]) -> None:

@@ -8,9 +8,11 @@ Three steps, each a function:
   mtok engine takes them.
 * :func:`template_messages` turns them into what templates expect, as SGLang
   does: text parts joined into one string unless the template loops over
-  content; a tool call's ``arguments`` (a JSON string on the wire) parsed into
-  the object templates ``tojson``; and, as transformers does, keys whose value
-  is null dropped and reasoning copied under its three names.
+  content; a null or absent ``content`` made ``""`` (an assistant turn that only
+  calls tools: Qwen 3's template needs the key, Llama 3's would print "None");
+  a tool call's ``arguments`` (a JSON string on the wire) parsed into the object
+  templates ``tojson``; and, as transformers does, other keys whose value is
+  null dropped and reasoning copied under its three names.
 * :func:`render_prompt` builds the context transformers' ``apply_chat_template``
   gives (``messages``, ``tools``, ``documents``, ``add_generation_prompt``, the
   special tokens, every ``chat_template_kwargs`` key; ``raise_exception`` and
@@ -54,12 +56,12 @@ class ChatInput:
 
 def _check_part(part: Any, where: str) -> str:
     if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-        raise bad(f"{where} must be an object with a 'type', not {_json_type(part)}", where)
+        raise bad(f"'{where}' must be an object with a 'type', not {_json_type(part)}", where)
     kind = part["type"]
     if kind in MEDIA_PART_TYPES:
-        raise bad(f"{where} is of type {kind!r}: this server's engines take text only", where)
+        raise bad(f"'{where}' is of type {kind!r}: this server's engines take text only", where)
     if kind not in TEXT_PART_TYPES:
-        raise bad(f"{where} has unknown type {kind!r}; content parts must be of type 'text'", where)
+        raise bad(f"'{where}' has unknown type {kind!r}; content parts must be of type 'text'", where)
     return as_str(part.get("text"), f"{where}.text")
 
 
@@ -118,11 +120,18 @@ def _arguments_object(args: Any, where: str) -> Any:
         return args
     try:
         value = json.loads(args)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise bad(f"'{where}' must be a JSON object in a string; it is not valid JSON", where) from None
     if not isinstance(value, dict):
         raise bad(f"'{where}' must be a JSON object in a string, not {_json_type(value)}", where)
     return value
+
+
+def _call_for_template(call: Dict[str, Any], where: str) -> Dict[str, Any]:
+    fn = call["function"]
+    if "arguments" not in fn:
+        return call
+    return dict(call, function=dict(fn, arguments=_arguments_object(fn["arguments"], f"{where}.function.arguments")))
 
 
 def template_messages(messages: List[Dict[str, Any]], fmt: str) -> List[Dict[str, Any]]:
@@ -130,12 +139,10 @@ def template_messages(messages: List[Dict[str, Any]], fmt: str) -> List[Dict[str
     out = []
     for i, msg in enumerate(messages):
         m = {k: v for k, v in msg.items() if v is not None}
-        if "content" in m:
-            m["content"] = _content_for(m["content"], fmt, m["role"])
+        m["content"] = _content_for(m.get("content", ""), fmt, m["role"])
         if "tool_calls" in m:
-            m["tool_calls"] = [dict(c, function=dict(c["function"], arguments=_arguments_object(
-                c["function"].get("arguments"), f"messages[{i}].tool_calls[{j}].function.arguments")))
-                if "arguments" in c["function"] else c for j, c in enumerate(m["tool_calls"])]
+            m["tool_calls"] = [_call_for_template(c, f"messages[{i}].tool_calls[{j}]")
+                               for j, c in enumerate(m["tool_calls"])]
         reasoning = next((m[k] for k in REASONING_FIELDS if k in m), None)
         if reasoning is not None:
             m = {"thinking": reasoning, **m, "reasoning_content": reasoning}

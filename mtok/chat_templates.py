@@ -3,9 +3,10 @@
 A model's template comes, in this order, from ``--chat-template FILE`` (a
 ``.jinja`` file, or a ``.json`` file holding the template string or a
 ``tokenizer_config.json``-like object), from ``chat_template.jinja`` beside the
-tokenizer, or from ``chat_template`` in ``tokenizer_config.json``: a string, or
-a list of ``{name, template}`` of which ``default`` is used, and ``tool_use`` when
-a request has tools (what transformers' ``get_chat_template`` does).  Side files
+tokenizer (with named ones in ``additional_chat_templates/NAME.jinja``), or from
+``chat_template`` in ``tokenizer_config.json``: a string, or a list of
+``{name, template}``.  Of several, ``default`` is used, and ``tool_use`` when a
+request has tools (what transformers' ``get_chat_template`` does).  Side files
 are read only when the tokenizer path is a directory, as for eos/bos.
 
 A model without a template has none: chat requests on it get a 400 naming the
@@ -29,12 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .chat import ChatTemplate, TemplateError
+from .tokenizer import _token_content  # a token as a string, or the content of an AddedToken object
 from .validate import bad
 
 logger = logging.getLogger(__name__)
 
 TEMPLATE_FLAG = "--chat-template"
 JINJA_FILE = "chat_template.jinja"
+EXTRA_JINJA_DIR = "additional_chat_templates"  # NAME.jinja: named templates, as transformers saves them
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 DEFAULT_NAME, TOOL_USE_NAME = "default", "tool_use"
 
@@ -111,10 +114,8 @@ def special_tokens(config: Dict[str, Any]) -> Dict[str, str]:
     extra = config.get("extra_special_tokens")
     names = list(SPECIAL_TOKEN_NAMES) + (list(extra) if isinstance(extra, dict) else [])
     for name in names:
-        value = config.get(name) if name in SPECIAL_TOKEN_NAMES else extra[name]  # type: ignore[index]
-        if isinstance(value, dict):
-            value = value.get("content")
-        if isinstance(value, str):
+        value = _token_content(config.get(name) if name in SPECIAL_TOKEN_NAMES else extra[name])  # type: ignore[index]
+        if value is not None:
             out[name] = value
     return out
 
@@ -152,14 +153,30 @@ class ModelChat:
                   f"'{DEFAULT_NAME}'; give one with {TEMPLATE_FLAG} FILE", "messages")
 
 
+def _template_files(directory: str) -> Dict[str, str]:
+    """name -> path: ``chat_template.jinja`` (``default``) and ``additional_chat_templates/NAME.jinja``."""
+    found = {}
+    if os.path.isfile(os.path.join(directory, JINJA_FILE)):
+        found[DEFAULT_NAME] = os.path.join(directory, JINJA_FILE)
+    extra = os.path.join(directory, EXTRA_JINJA_DIR)
+    if os.path.isdir(extra):
+        for entry in sorted(os.listdir(extra)):
+            if entry.endswith(".jinja"):
+                found[entry[: -len(".jinja")]] = os.path.join(extra, entry)
+    return found
+
+
 def _own_templates(directory: Optional[str], config: Dict[str, Any]) -> "tuple[Optional[str], Dict[str, str]]":
-    """A model's own template: ``chat_template.jinja`` beside the tokenizer, else the config's."""
+    """A model's own templates: its .jinja files if it has any (they win, as in transformers), else the config's."""
     if directory is None:
         return None, {}
-    jinja_path = os.path.join(directory, JINJA_FILE)
-    if os.path.isfile(jinja_path):
-        with open(jinja_path, encoding="utf-8") as f:
-            return jinja_path, {DEFAULT_NAME: f.read()}
+    files = _template_files(directory)
+    if files:
+        sources = {}
+        for name, path in files.items():
+            with open(path, encoding="utf-8") as f:
+                sources[name] = f.read()
+        return files.get(DEFAULT_NAME, os.path.join(directory, EXTRA_JINJA_DIR)), sources
     if config.get("chat_template") is not None:
         where = os.path.join(directory, "tokenizer_config.json")
         return where, templates_from_config(config["chat_template"], where)

@@ -8,33 +8,58 @@ notices hang-ups, :class:`ReadDeadlines` cuts off requests that arrive too slowl
 
 from __future__ import annotations
 
+import select
 import selectors
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 
 class DisconnectWatcher:
     """One thread that notices when waiting clients hang up.
 
     A handler blocked on its request's results cannot see its socket; the
-    watcher polls all of them at once and calls back on end-of-file.
+    watcher polls all of them at once and calls back on end-of-file.  A client
+    may send more bytes (a pipelined request) before it hangs up; those bytes
+    hide the end-of-file from a peek, so on Linux the socket is then watched
+    for the peer's shutdown alone (EPOLLRDHUP), which data does not mask.
     """
 
     def __init__(self) -> None:
-        self._sel = selectors.DefaultSelector()
+        self._epoll = getattr(select, "epoll", None)
+        self._rdhup = getattr(select, "EPOLLRDHUP", 0)
         self._lock = threading.Lock()
+        self._callbacks: Dict[int, Callable[[], None]] = {}
+        self._socks: Dict[int, socket.socket] = {}
+        if self._epoll is not None and self._rdhup:
+            self._poller: Any = self._epoll()
+            self._needs_wake = False
+        else:
+            self._poller = selectors.DefaultSelector()
+            self._needs_wake = True
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
-        self._needs_wake = not isinstance(self._sel, getattr(selectors, "EpollSelector", ()))
+        self._register(self._wake_r, None)
         threading.Thread(target=self._run, name="disconnect-watch", daemon=True).start()
+
+    @property
+    def _uses_epoll(self) -> bool:
+        return not self._needs_wake
+
+    def _register(self, sock: socket.socket, callback: Optional[Callable[[], None]]) -> None:
+        if self._uses_epoll:
+            self._poller.register(sock.fileno(), select.EPOLLIN | self._rdhup)
+        else:
+            self._poller.register(sock, selectors.EVENT_READ, callback)
+        if callback is not None:
+            self._callbacks[sock.fileno()] = callback
+            self._socks[sock.fileno()] = sock
 
     def add(self, sock: socket.socket, callback: Callable[[], None]) -> None:
         with self._lock:
             try:
-                self._sel.register(sock, selectors.EVENT_READ, callback)
+                self._register(sock, callback)
             except (KeyError, ValueError, OSError):
                 return
         if self._needs_wake:
@@ -42,30 +67,56 @@ class DisconnectWatcher:
 
     def remove(self, sock: socket.socket) -> None:
         with self._lock:
-            try:
-                self._sel.unregister(sock)
-            except (KeyError, ValueError, OSError):
-                pass
+            self._unregister_locked(sock.fileno() if sock.fileno() >= 0 else None, sock)
+
+    def _unregister_locked(self, fd: Optional[int], sock: Any) -> bool:
+        """Forget a socket; False if it was not (or no longer) watched."""
+        if fd is None or self._callbacks.pop(fd, None) is None:
+            return False
+        self._socks.pop(fd, None)
+        try:
+            self._poller.unregister(fd if self._uses_epoll else sock)
+        except (KeyError, ValueError, OSError):
+            pass
+        return True
 
     def _run(self) -> None:
         while True:
-            for key, _ in self._sel.select():
-                if key.data is None:
+            if self._uses_epoll:
+                events = self._poller.poll()
+                ready = [(fd, ev) for fd, ev in events]
+            else:
+                ready = [(key.fd, 0) for key, _ in self._poller.select()]
+            for fd, ev in ready:
+                if fd == self._wake_r.fileno():
                     try:
                         self._wake_r.recv(4096)
                     except OSError:
                         pass
                     continue
-                sock = key.fileobj
+                self._check(fd, ev)
+
+    def _check(self, fd: int, ev: int) -> None:
+        with self._lock:
+            sock = self._socks.get(fd)
+            if sock is None:
+                return
+            hup = bool(ev & (self._rdhup | getattr(select, "EPOLLHUP", 0) | getattr(select, "EPOLLERR", 0)))
+            if not hup:
                 try:
-                    gone = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""  # type: ignore[union-attr]
+                    hup = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
                 except BlockingIOError:
-                    continue
+                    return
                 except OSError:
-                    gone = True
-                self.remove(sock)  # type: ignore[arg-type]
-                if gone:  # else: a pipelined request; it will be read later
-                    key.data()
+                    hup = True
+            if not hup and self._uses_epoll:
+                # Pipelined bytes: from now on only the peer's shutdown wakes us.
+                self._poller.modify(fd, self._rdhup)
+                return
+            callback = self._callbacks.get(fd)
+            self._unregister_locked(fd, sock)
+        if hup and callback is not None:
+            callback()
 
 
 class ConnectionWatch:
@@ -79,6 +130,20 @@ class ConnectionWatch:
 
     def stop(self) -> None:
         self._watcher.remove(self._sock)
+
+    def gone(self) -> bool:
+        """Has the client closed its end?  (Bytes it sent since hide that; then False.)
+        Polled first: a socket with a timeout would wait that long in recv."""
+        try:
+            poller = select.poll()
+            poller.register(self._sock.fileno(), select.POLLIN)
+            if not poller.poll(0):
+                return False
+            return self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
 
 
 class ReadDeadlines:

@@ -146,11 +146,17 @@ def find_stop(text: str, stops: Sequence[str], start: int) -> Optional[Tuple[int
 
 def stop_holdback(text: str, stops: Sequence[str]) -> int:
     """How many trailing characters of ``text`` could still begin a stop string,
-    and so must not be streamed yet."""
-    hold = 0
+    and so must not be streamed yet.  Only the places where a stop string's
+    first character occurs are tried (found by ``str.find``), so the cost is
+    about the tail's length per stop string, not its square."""
+    hold, n = 0, len(text)
     for s in stops:
-        for k in range(min(len(s) - 1, len(text)), hold, -1):
-            if text.endswith(s[:k]):
-                hold = k
+        if len(s) < 2:
+            continue
+        i = text.find(s[0], max(0, n - len(s) + 1))
+        while i >= 0 and n - i > hold:
+            if s.startswith(text[i:]):
+                hold = n - i  # the earliest start is the longest for this stop string
                 break
+            i = text.find(s[0], i + 1)
     return hold

@@ -4,19 +4,20 @@ Single-worker mode sends each step's whole ``BatchStrOutput`` to the one
 TokenizerManager.  In multi-worker mode the
 :class:`MultiHttpWorkerDetokenizerMixin` loop splits every batch by the IPC
 name stamped on each request and sends each worker its own piece, through a
-:class:`~mtok.ipc.SocketMapping`.
+:class:`~mtok.socket_mapping.SocketMapping`.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .args import PortArgs, ServerArgs, read_args
 from .decoding import DecodeState, IncrementalDecoder, stop_holdback
 from .io_struct import AbortReq, BaseBatchReq, BatchStrOutput, BatchTokenIDOutput, group_by_worker
-from .ipc import Receiver, Sender, SocketMapping
+from .ipc import Receiver, Sender
+from .socket_mapping import SocketMapping
 from .procutil import ChildBoot, exit_now, on_signal
 from .models import load_tokenizers
 
@@ -62,7 +63,10 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
         self.decoders = {s.name: IncrementalDecoder(tokenizers[s.name]) for s in specs}
         self.default_model = specs[0].name
         self.tokenizer = tokenizers[self.default_model]
-        self.states: Dict[str, DecodeStatus] = {}
+        # Keyed by (worker IPC name, rid): workers check rids only among their
+        # own requests, so a rid refused as a duplicate on one worker must not
+        # touch the state of the same rid running on another.
+        self.states: Dict[Tuple[Optional[str], str], DecodeStatus] = {}
         self.token_text_cache: Dict[str, Dict[int, str]] = {}
         # Only running requests have state, so more than this means state that
         # outlived its request; the least recently advanced goes first.
@@ -88,8 +92,10 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
     def handle_batch_token_id_out(self, recv: BatchTokenIDOutput) -> BatchStrOutput:
         states: List[DecodeStatus] = []
         finals: List[bool] = []
+        workers = recv.http_worker_ipcs or [None] * len(recv.rids)
         for i, rid in enumerate(recv.rids):
-            st = self.states.pop(rid, None)
+            key = (workers[i], rid)
+            st = self.states.pop(key, None)
             if st is None:
                 trim = not recv.no_stop_trim[i]
                 st = DecodeStatus(
@@ -103,7 +109,7 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
                 ids = ids[:-1]
             st.ids.extend(ids)
             if reason is None:
-                self.states[rid] = st  # re-inserted: the dict's order is recency
+                self.states[key] = st  # re-inserted: the dict's order is recency
             states.append(st)
             finals.append(reason is not None)
         new_texts = self._decode_step(recv, states, finals)
@@ -182,8 +188,8 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
     def _bound_states(self) -> None:
         excess = len(self.states) - self.max_states
         if excess > 0:
-            for rid in list(self.states)[:excess]:
-                del self.states[rid]
+            for key in list(self.states)[:excess]:
+                del self.states[key]
             logger.warning("dropped decode state of %d stale request(s)", excess)
 
 

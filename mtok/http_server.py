@@ -19,92 +19,34 @@ import socket
 import socketserver
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Optional
 from urllib.parse import urlsplit
 
 from .connections import ConnectionWatch, DisconnectWatcher, ReadDeadlines
+from .listen import LISTEN_BACKLOG
+from .http_framing import (
+    CHUNKED,
+    NO_BODY,
+    FramingError,
+    Headers,
+    body_framing,
+    connection_options,
+    crlf_line,
+    is_json_type,
+    read_chunked,
+    read_exact,
+    read_headers,
+)
 from .metrics import Metrics
+from .routes import OPEN_PATHS, EventStream, Request, Response, collect_routes, find_route, route  # noqa: F401
 from .tokenizer_manager import ClientDisconnected
-from .validate import APIError, parse_json
+from .validate import APIError
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class Response:
-    body: Any
-    status: int = 200
-    headers: Dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class EventStream:
-    """Server-sent events: each item is a JSON value or a raw string such as '[DONE]'."""
-
-    events: Iterator[Any]
-    headers: Dict[str, str] = field(default_factory=dict)
-
-
-def route(method: str, *paths: str) -> Callable:
-    def mark(fn: Callable) -> Callable:
-        fn.__dict__.setdefault("routes", []).extend((method, p) for p in paths)
-        return fn
-
-    return mark
-
-
-def collect_routes(app: Any) -> Dict[str, Dict[str, Callable]]:
-    """path -> method -> bound handler, from the @route marks on the app's methods.
-    A path ending in ``{name}`` matches any last segment (see :func:`find_route`)."""
-    table: Dict[str, Dict[str, Callable]] = {}
-    for name in dir(type(app)):
-        for method, path in getattr(getattr(type(app), name), "routes", ()):
-            table.setdefault(path, {})[method] = getattr(app, name)
-    return table
-
-
-def find_route(routes: Dict[str, Dict[str, Callable]], path: str) -> Optional[Dict[str, Callable]]:
-    methods = routes.get(path)
-    if methods is None and path.count("/") > 1:
-        head, _, last = path.rpartition("/")
-        if last:
-            methods = next((m for p, m in routes.items() if p.startswith(head + "/{") and p.endswith("}")), None)
-    return methods
-
-
-# What needs no API key, as in SGLang: probes and scrapes.
-OPEN_PATHS = frozenset(("/health", "/health_generate", "/ready", "/ping", "/metrics"))
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    query: str
-    headers: Any
-    raw: bytes
-    watch: "ConnectionWatch"
-    _json: Any = None
-
-    def json(self) -> Any:
-        if self._json is None:
-            if not self.raw.strip():
-                raise APIError("request body is empty; a JSON object is expected")
-            self._json = parse_json(self.raw)
-        return self._json
-
-
-MAX_HEADERS = 100
 _JSON = json.JSONEncoder(ensure_ascii=False)  # one encoder, not one per response
 _PID = [os.getpid()]  # this worker's pid, for the X-Mtok-Worker header
-
-
-class Headers(dict):
-    """Request headers, keys lower-cased; repeated headers joined with ', '."""
-
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
-        return dict.get(self, key.lower(), default)
 
 
 _date_cache: list = [0, ""]
@@ -122,7 +64,7 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
-    request_queue_size = 1024
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, sock: socket.socket, app: Any, api_key: Optional[str], max_body: int, timeout: float,
                  max_connections: int = 1024, metrics: Optional[Metrics] = None):
@@ -216,60 +158,47 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         self.server.deadlines.arm(self)
         try:
             super().handle_one_request()
+        except OSError:  # the last flush: the client left, or does not read
+            self.close_connection = True
         finally:
             self.server.deadlines.disarm(self)
 
     def parse_request(self) -> bool:
         """The request line and headers, parsed directly (http.server goes
-        through the email package, the largest cost of a small request)."""
+        through the email package, the largest cost of a small request) and
+        strictly (see :mod:`mtok.http_framing`)."""
         self.command = None
         self.request_version = "HTTP/0.9"
         self.close_connection = True
+        self.body_done = True  # False while a body the client sent is unread
         self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
-        words = self.requestline.split()
-        if len(words) != 3 or not words[2].startswith("HTTP/"):
-            self.send_error(400, f"bad request line {self.requestline[:100]!r}")
+        try:
+            self._parse_head()
+        except FramingError as e:
+            self.send_error(e.status, e.message)
             return False
+        return True
+
+    def _parse_head(self) -> None:
+        words = crlf_line(self.raw_requestline, "the request line").decode("iso-8859-1").split(" ")
+        if len(words) != 3 or not words[2].startswith("HTTP/") or not all(words):
+            raise FramingError(f"bad request line {self.requestline[:100]!r}")
         command, path, version = words
         if version not in ("HTTP/1.1", "HTTP/1.0"):
-            self.send_error(505)
-            return False
+            raise FramingError(f"unsupported HTTP version in {self.requestline[:100]!r}; use HTTP/1.1 or HTTP/1.0")
         self.command, self.request_version = command, version
         self.path = "/" + path.lstrip("/") if path.startswith("//") else path
-        headers = self.headers = Headers()
-        while True:
-            line = self.rfile.readline(65537)
-            if len(line) > 65536:
-                self.send_error(431, "a header line is longer than 64 KiB")
-                return False
-            if line in (b"\r\n", b"\n", b""):
-                break
-            if len(headers) >= MAX_HEADERS:
-                self.send_error(431, f"more than {MAX_HEADERS} headers")
-                return False
-            name, sep, value = line.decode("iso-8859-1").partition(":")
-            name = name.strip().lower()
-            if not sep or not name or line[:1] in (b" ", b"\t"):
-                self.send_error(400, f"malformed header line {line[:100]!r}")
-                return False
-            value = value.strip()
-            if name not in headers:
-                headers[name] = value
-            elif name in ("content-length", "host", "authorization"):
-                if headers[name] != value:  # two framings or two identities: refuse to pick one
-                    self.send_error(400, f"conflicting {name} headers")
-                    return False
-            else:
-                headers[name] = f"{headers[name]}, {value}"
-        connection = headers.get("connection", "").lower()
-        self.close_connection = connection == "close" or (version == "HTTP/1.0" and connection != "keep-alive")
-        if headers.get("expect", "").lower() == "100-continue" and version == "HTTP/1.1":
-            self.send_response_only(100)
-            self.end_headers()
-        return True
+        headers = self.headers = read_headers(self.rfile)
+        if version == "HTTP/1.1" and not headers.get("host"):
+            raise FramingError("HTTP/1.1 requests need a Host header")
+        self.framing, self.body_length = body_framing(headers, version, self.server.max_body)
+        options = connection_options(headers)
+        self.close_connection = "close" in options or (version == "HTTP/1.0" and "keep-alive" not in options)
+        self.body_done = self.framing == NO_BODY
 
     def dispatch(self) -> None:
         self.server.count(1)
+        self.response_started = False
         start = time.monotonic()
         self.status = 0
         try:
@@ -303,6 +232,9 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             if handler is None:
                 allow = ", ".join(sorted(methods))
                 raise APIError(f"{self.command} is not allowed on {path}; use {allow}", 405, headers={"Allow": allow})
+            if self.command in ("POST", "PUT", "PATCH") and not is_json_type(self.headers.get("content-type")):
+                raise APIError(f"Content-Type {self.headers.get('content-type')!r} is not JSON; send "
+                               "application/json", 415)
             raw = self.read_body()
             self.server.deadlines.disarm(self)
             if self.expired:
@@ -310,17 +242,29 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             req = Request(self.command, path, query, self.headers, raw, ConnectionWatch(self.server.watcher, self.connection))
             self.write(handler(req))
         except APIError as e:
-            self.send_json(e.body(), e.status, e.headers)
-        except socket.timeout:  # a read stalled longer than the whole-request deadline
-            self.close_connection = True
-            self.send_json(APIError("the request took too long to arrive", 408).body(), 408)
-        except ClientDisconnected:
-            self.close_connection = True
-        except (BrokenPipeError, ConnectionResetError):
+            self.fail(e)
+        except socket.timeout:  # a read or write stalled longer than --http-timeout
+            if self.response_started:
+                logger.warning("%s was too slow to read its response; closing", self.address_string())
+            self.fail(APIError("the request took too long to arrive", 408))
+        except (ClientDisconnected, BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as e:  # a bug must cost one request, never the server
             logger.exception("error in %s %s", self.command, path)
-            self.send_json(APIError(f"internal error: {type(e).__name__}", 500).body(), 500)
+            self.fail(APIError(f"internal error: {type(e).__name__}", 500))
+
+    def fail(self, e: APIError) -> None:
+        """Answer an error, unless a response has begun: then all the client can
+        be told is that the connection closes.  An error before the body was
+        read closes the connection too: its unread bytes are no next request."""
+        if not self.body_done or self.response_started or e.status == 408:
+            self.close_connection = True
+        if self.response_started:
+            return
+        try:
+            self.send_json(e.body(), e.status, e.headers)
+        except OSError:
+            self.close_connection = True
 
     def cors_headers(self, preflight: bool = False) -> Dict[str, str]:
         """CORS for browser clients, for the origins of --cors-allow-origins."""
@@ -344,54 +288,23 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
                            headers={"WWW-Authenticate": "Bearer"})
 
     def read_body(self) -> bytes:
-        limit = self.server.max_body
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            return self._read_chunked(limit)
-        length = self.headers.get("Content-Length")
-        if length is None:
-            if self.command in ("POST", "PUT", "PATCH"):
-                self.close_connection = True
+        """The body, as framed by the head (checked in parse_request).  The
+        client is told to go on (100 Continue) only now, when the request has
+        passed authentication and routing."""
+        if self.framing == NO_BODY:
+            if self.command in ("POST", "PUT", "PATCH") and "content-length" not in self.headers:
                 raise APIError("a request body needs Content-Length or chunked encoding", 411)
             return b""
-        if not length.strip().isdigit():
-            self.close_connection = True
-            raise APIError(f"invalid Content-Length {length!r}", 400)
-        n = int(length)
-        if n > limit:
-            self.close_connection = True
-            raise APIError(f"request body of {n} bytes exceeds the limit of {limit}", 413)
-        return self._read_exact(n)
-
-    def _read_exact(self, n: int) -> bytes:
-        data = self.rfile.read(n)
-        if len(data) < n:
-            self.close_connection = True
-            if self.expired:
-                raise APIError("the request took too long to arrive", 408)
-            raise APIError(f"request body ended after {len(data)} of {n} bytes", 400)
+        if self.headers.get("expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.wfile.flush()
+        expired = lambda: self.expired  # noqa: E731
+        if self.framing == CHUNKED:
+            data = read_chunked(self.rfile, self.server.max_body, expired)
+        else:
+            data = read_exact(self.rfile, self.body_length, expired)
+        self.body_done = True
         return data
-
-    def _read_chunked(self, limit: int) -> bytes:
-        parts, total = [], 0
-        while True:
-            line = self.rfile.readline(1026)
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                self.close_connection = True
-                raise APIError("malformed chunked body", 400) from None
-            if size == 0:
-                while self.rfile.readline(1026) not in (b"\r\n", b"\n", b""):
-                    pass  # trailers, ignored
-                return b"".join(parts)
-            total += size
-            if total > limit:
-                self.close_connection = True
-                raise APIError(f"request body exceeds the limit of {limit} bytes", 413)
-            parts.append(self._read_exact(size))
-            if self.rfile.readline(3) not in (b"\r\n", b"\n"):
-                self.close_connection = True
-                raise APIError("malformed chunked body", 400)
 
     # -- writing ---------------------------------------------------------------------
     def write(self, result: Any) -> None:
@@ -419,6 +332,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def _head(self, status: int, fields: str, headers: Optional[Dict[str, str]]) -> bytes:
         """The status line and headers in one piece (send_header, per header, costs more)."""
         self.status = status
+        self.response_started = True
         if logger.isEnabledFor(logging.DEBUG):
             self.log_request(status)
         if self.server.cors and isinstance(getattr(self, "headers", None), Headers) and \
@@ -461,8 +375,6 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
         if self.expired:
             code, message = 408, "the request took too long to arrive"
-        elif code == 505:  # a client error, whatever RFC 9110 calls it
-            code, message = 400, f"unsupported HTTP version in {self.requestline!r}; use HTTP/1.1 or HTTP/1.0"
         if self.request_version == "HTTP/0.9":  # the request line was unreadable; answer with a status line
             self.request_version = "HTTP/1.0"
         body = APIError(message or self.responses.get(code, ("error",))[0], code).body()
@@ -487,19 +399,3 @@ def _refuse(sock: socket.socket, limit: int) -> None:
         pass
     finally:
         sock.close()
-
-
-def make_listen_socket(host: str, port: int, reuseport: bool, listen: bool = True) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuseport:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    if listen:
-        sock.listen(HTTPServer.request_queue_size)
-    return sock
-
-
-def reuseport_available() -> bool:
-    return hasattr(socket, "SO_REUSEPORT")

@@ -11,12 +11,10 @@ refuses any class that is not an mtok message.
 
 from __future__ import annotations
 
-import collections
 import io
 import logging
 import os
 import pickle
-import queue
 import select
 import socket
 import threading
@@ -261,104 +259,3 @@ class SenderWrapper:
 
     def close(self) -> None:
         self.sender.close()
-
-
-class _Peer:
-    """One worker's outbound queue and the thread that drains it.
-
-    A worker that is stopped or wedged must not stall the sender's loop (the
-    detokenizer serves every worker), so sends are queued here; a peer whose
-    queue passes ``max_pending`` is treated as gone."""
-
-    def __init__(self, name: str, authkey: bytes, on_gone, max_pending: int):
-        self.name = name
-        self._sender = Sender(name, authkey)
-        self._queue: "queue.SimpleQueue[Optional[bytes]]" = queue.SimpleQueue()
-        self._on_gone = on_gone
-        self._max_pending = max_pending
-        self.alive = True
-        threading.Thread(target=self._run, name=f"peer:{os.path.basename(name)}", daemon=True).start()
-
-    def put(self, data: bytes) -> bool:
-        if self._queue.qsize() >= self._max_pending:
-            self._fail(f"{self._max_pending} messages pending")
-            return False
-        self._queue.put(data)
-        return self.alive
-
-    def _run(self) -> None:
-        while True:
-            data = self._queue.get()
-            if data is None or not self.alive:
-                break
-            try:
-                self._sender.send_bytes(data)
-            except ConnectionError as e:
-                self._fail(str(e.__cause__ or e))
-                break
-        self._sender.close()
-
-    def _fail(self, why: str) -> None:
-        if self.alive:
-            self.alive = False
-            self._queue.put(None)
-            self._on_gone(self, why)
-
-    def close(self) -> None:
-        self.alive = False
-        self._queue.put(None)
-
-
-class SocketMapping:
-    """IPC name -> outbound connection, opened the first time a name is seen.
-
-    Workers come and go (a replacement gets a new name), so nothing is
-    registered up front.  A peer that has gone is logged and its entry dropped;
-    nothing is raised into the caller's loop.
-    """
-
-    def __init__(self, authkey: bytes, max_pending: int = 10000):
-        self._authkey = authkey
-        self._max_pending = max_pending
-        self._mapping: Dict[str, _Peer] = {}
-        self._gone_names: "collections.OrderedDict[str, None]" = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._mapping
-
-    def __len__(self) -> int:
-        return len(self._mapping)
-
-    def send_output(self, name: Optional[str], output: Any) -> bool:
-        if name is None:
-            logger.warning("no IPC name on %s; dropped", type(output).__name__)
-            return False
-        peer = self._mapping.get(name)
-        if peer is None:
-            if name in self._gone_names:
-                return False  # already logged once; a dead name never comes back
-            with self._lock:
-                peer = self._mapping.get(name)
-                if peer is None:
-                    peer = self._mapping[name] = _Peer(name, self._authkey, self._gone, self._max_pending)
-        return peer.put(dumps(output))
-
-    def _gone(self, peer: _Peer, why: str) -> None:
-        logger.warning("peer %s is gone (%s); dropping its mapping", peer.name, why)
-        with self._lock:
-            if self._mapping.get(peer.name) is peer:
-                del self._mapping[peer.name]
-            self._gone_names[peer.name] = None
-            while len(self._gone_names) > 1024:
-                self._gone_names.popitem(last=False)
-
-    def drop(self, name: str) -> None:
-        with self._lock:
-            peer = self._mapping.pop(name, None)
-        if peer is not None:
-            peer.close()
-
-    def clear_all_sockets(self) -> None:
-        for name in list(self._mapping):
-            self.drop(name)

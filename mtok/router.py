@@ -16,7 +16,8 @@ from typing import Any, Iterable
 
 from .args import PortArgs
 from .io_struct import AbortReq
-from .ipc import Receiver, Sender, SocketMapping
+from .ipc import Receiver, Sender
+from .socket_mapping import SocketMapping
 
 logger = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from .ipc import Receiver, Sender
 from .scheduler_async import AsyncEngineSupport, has_health
 from .metrics import publish
 from .procutil import ChildBoot, exit_now, on_signal
-from .status import SCHEDULER_SLOT, StatusBoard, status_shm_name
+from .status import SCHEDULER_SLOT, StatusBoard
 from .models import load_tokenizers
 from .scheduler_logprobs import LogprobSteps
 
@@ -115,6 +115,7 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
         self.step_delay = server_args.engine_step_delay
         # an engine that can fall ill (an upstream) is asked now and then, even when idle
         self.idle_timeout = 1.0 if any(has_health(rt.engine) for rt in self.models.values()) else None
+        self.detokenizer_gone = False  # set once a send fails: its death is the supervisor's to handle
         # running plus waiting; past this a request is refused (503) at once
         self.capacity = server_args.max_running_requests + server_args.max_queued_requests
         self.recv_from_tokenizer = Receiver(port_args.scheduler_input_ipc_name, authkey)
@@ -150,11 +151,18 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
 
     def to_detokenizer(self, msg: Any) -> None:
         """Send on; if the detokenizer has died the supervisor is about to stop
-        the server and names it, so this process stays up rather than muddle that."""
+        the server and names it, so this process stays up rather than muddle
+        that, says so once, and drops the work it can no longer deliver."""
+        if self.detokenizer_gone:
+            return
         try:
             self.send_to_detokenizer.send(msg)
         except ConnectionError as e:
-            logger.error("cannot reach the detokenizer: %s", e)
+            logger.error("cannot reach the detokenizer: %s; dropping all requests", e)
+            self.detokenizer_gone = True
+            self.waiting.clear()
+            self.running = []
+            self.reqs.clear()
 
     def publish_gauges(self) -> None:
         """The queue lengths, for /metrics; written only when they change."""
@@ -198,8 +206,9 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
             victims = [r for r in self.reqs.values() if r.http_worker_ipc == msg.abort_all_of]
             if victims:
                 logger.info("aborting %d request(s) of departed worker %s", len(victims), msg.abort_all_of)
-        else:
-            victims = [self.reqs[msg.rid]] if msg.rid in self.reqs else []
+        else:  # only the worker that sent a request may abort it by rid
+            req = self.reqs.get(msg.rid)  # type: ignore[arg-type]
+            victims = [req] if req is not None and req.http_worker_ipc == msg.http_worker_ipc else []
         for req in victims:
             self.abort(req, abort_reason("aborted", 499))
         if msg.abort_all_of is not None:
@@ -433,6 +442,6 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
 def run_scheduler_process(shm_name: str, authkey: bytes, parent_pid: int, ready_conn) -> None:
     server_args, port_args = read_args(shm_name)
     with ChildBoot("scheduler", parent_pid, ready_conn, server_args.log_level):
-        scheduler = Scheduler(server_args, port_args, authkey, StatusBoard.attach(status_shm_name(parent_pid)))
+        scheduler = Scheduler(server_args, port_args, authkey, StatusBoard.attach(port_args.status_name))
     on_signal(signal.SIGTERM, lambda: exit_now(0))
     scheduler.event_loop()

@@ -28,9 +28,18 @@ import time
 from multiprocessing.connection import wait
 from typing import Any, List, Optional
 
-from .args import PortArgs, ServerArgs, args_shm_name, remove_stale_segments, unlink_shm, write_args
+from .args import (
+    PortArgs,
+    ServerArgs,
+    args_json,
+    args_shm_name,
+    remove_stale_segments,
+    shared_memory_usable,
+    unlink_shm,
+    write_args,
+)
 from .detokenizer import run_detokenizer_process
-from .http_server import make_listen_socket, reuseport_available
+from .listen import claim_reuseport, make_listen_socket, reuseport_available
 from .io_struct import ServerFailure
 from .ipc import ipc_name
 from .procutil import configure_logging
@@ -111,6 +120,7 @@ class Child:
 
 class Arbiter:
     SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+    use_shared_memory = True  # segments are named by pid: one Arbiter per process may use them
 
     def __init__(self, args: ServerArgs):
         self.args = args
@@ -127,7 +137,10 @@ class Arbiter:
         self.router: Any = None
         self.frontend: Optional[HttpFrontend] = None
         self.port_args: Optional[PortArgs] = None
+        self.args_ref = ""  # what children read their arguments from: a segment name, or the JSON itself
         self.shared_sock = False
+        self._sig_r: Any = None
+        self._sig_w: Any = None
 
     # -- set-up ----------------------------------------------------------------------
     def run(self) -> int:
@@ -163,11 +176,18 @@ class Arbiter:
         # queued on it down with it, while a shared one loses none; and an idle
         # worker is the first to accept, which balances load by itself.
         self.shared_sock = n == 1 or args.listen_mode != "reuseport"
+        self.open_listener()
+        self.share_state()
+
+    def open_listener(self) -> None:
+        args, n = self.args, self.args.tokenizer_worker_num
         if not self.shared_sock and not reuseport_available():
             raise BootError("--listen-mode reuseport: this platform has no SO_REUSEPORT")
         try:
-            self.listen_sock = make_listen_socket(args.host, args.port, reuseport=not self.shared_sock,
-                                                  listen=self.shared_sock)
+            if self.shared_sock:
+                self.listen_sock = make_listen_socket(args.host, args.port, reuseport=False)
+            else:
+                self.listen_sock = claim_reuseport(args.host, args.port)
         except OSError as e:
             raise BootError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
         if self.shared_sock and n > 1:
@@ -175,10 +195,21 @@ class Arbiter:
             # others must get EAGAIN rather than block in accept().
             self.listen_sock.setblocking(False)
         args.port = self.listen_sock.getsockname()[1]
-        port_args = PortArgs.in_dir(self.sock_dir)
-        self.port_args = port_args
-        self.args_shm = write_args(args_shm_name(self.pid), args, port_args)
-        self.board = StatusBoard.create(status_shm_name(self.pid), n)
+
+    def share_state(self) -> None:
+        """The arguments and the status board, in shared memory where the host
+        has it; else the arguments ride the process-start pipe and the board is
+        a file mapped in the private socket directory."""
+        shm = self.use_shared_memory and shared_memory_usable()
+        if not shm:
+            logger.info("no usable shared memory: the status board is a file in %s", self.sock_dir)
+        self.port_args = PortArgs.in_dir(self.sock_dir, status_shm_name(self.pid) if shm else "")
+        if shm:
+            self.args_ref = args_shm_name(self.pid)
+            self.args_shm = write_args(self.args_ref, self.args, self.port_args)
+        else:
+            self.args_ref = args_json(self.args, self.port_args)
+        self.board = StatusBoard.create(self.port_args.status_name, self.args.tokenizer_worker_num)
 
     def _remove_stale_dirs(self) -> None:
         from .args import pid_alive
@@ -192,11 +223,7 @@ class Arbiter:
                 shutil.rmtree(path, ignore_errors=True)
 
     def boot(self) -> None:
-        for role, slot, target in (
-            ("scheduler", SCHEDULER_SLOT, run_scheduler_process),
-            ("detokenizer", DETOKENIZER_SLOT, run_detokenizer_process),
-        ):
-            self.core.append(self._spawn(role, slot, target, (args_shm_name(self.pid), self.authkey, self.pid)))
+        self.spawn_core()
         if self.args.tokenizer_worker_num == 1:
             self._boot_single()
         else:
@@ -215,6 +242,13 @@ class Arbiter:
             f"engine={self.args.engine}, tokenizer={self.args.tokenizer_path or 'built-in'})",
             flush=True,
         )
+
+    def spawn_core(self) -> None:
+        for role, slot, target in (
+            ("scheduler", SCHEDULER_SLOT, run_scheduler_process),
+            ("detokenizer", DETOKENIZER_SLOT, run_detokenizer_process),
+        ):
+            self.core.append(self._spawn(role, slot, target, (self.args_ref, self.authkey, self.pid)))
 
     def _boot_single(self) -> None:
         from .tokenizer_manager import TokenizerManager
@@ -239,7 +273,7 @@ class Arbiter:
     def _spawn_worker(self, slot: int) -> Child:
         name = ipc_name(self.sock_dir, f"worker-{slot - FIRST_WORKER_SLOT}-{os.urandom(4).hex()}")
         shared = self.listen_sock if self.shared_sock else None
-        args = (args_shm_name(self.pid), status_shm_name(self.pid), self.authkey, self.pid, slot, name, shared)
+        args = (self.args_ref, self.port_args.status_name, self.authkey, self.pid, slot, name, shared)
         return self._spawn("worker", slot, run_tokenizer_worker_process, args, name)
 
     def _wait_for_boot(self, children: List[Child]) -> None:
@@ -338,18 +372,42 @@ class Arbiter:
         if self.board is not None and self.board.state != ServerState.FAILED:
             self.board.state = ServerState.STOPPING
         timeout = self.args.graceful_timeout if timeout is None else timeout
+        # New connections are refused from now on: the workers close their
+        # copies of the listening socket as they stop, and this is the last.
+        if self.listen_sock is not None:
+            self.listen_sock.close()
         if self.frontend is not None:
             self.frontend.stop_accepting()
             if graceful:
-                self.frontend.drain(timeout)
+                self.frontend.drain(timeout, self._interrupted)
         live = [w.process for w in self.workers if w.process.is_alive()]
+        graceful = graceful and not self._interrupted()
         for p in live:
             _signal(p, signal.SIGTERM if graceful else signal.SIGQUIT)
-        _reap(live, (timeout if graceful else 0) + STOP_TIMEOUT)
+        if graceful:
+            self._await_workers(live, timeout + STOP_TIMEOUT)
+        else:
+            _reap(live, STOP_TIMEOUT)
         core = [c.process for c in self.core]
         for p in core:
             _signal(p, signal.SIGTERM)
         _reap(core, STOP_TIMEOUT)
+
+    def _interrupted(self) -> bool:
+        """A SIGINT or SIGQUIT during a graceful stop: stop at once after all."""
+        return any(s != signal.SIGTERM for s in self.signals)
+
+    def _await_workers(self, procs: List[Any], timeout: float) -> None:
+        """Wait for draining workers; a SIGINT or SIGQUIT meanwhile stops them at once."""
+        deadline = time.monotonic() + timeout
+        while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+            if self._interrupted():
+                for p in procs:
+                    _signal(p, signal.SIGQUIT)
+                break
+            wait([p.sentinel for p in procs if p.is_alive()] + [self._sig_r], 0.25)
+            self._drain_signal_pipe()
+        _reap(procs, STOP_TIMEOUT)
 
     def teardown(self) -> None:
         if self.router is not None:
@@ -363,7 +421,8 @@ class Arbiter:
         unlink_shm(self.args_shm)
         if self.sock_dir:
             shutil.rmtree(self.sock_dir, ignore_errors=True)
-        signal.set_wakeup_fd(-1)
+        if self._sig_w is not None:
+            signal.set_wakeup_fd(-1)
 
 
 def _signal(proc: Any, sig: int) -> None:
@@ -388,8 +447,8 @@ def _reap(procs: List[Any], timeout: float) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mtok.serve", description="Serve an LLM frontend.")
     ServerArgs.add_cli_args(parser)
-    args = ServerArgs.from_cli_args(parser.parse_args(argv))
     try:
+        args = ServerArgs.from_cli_args(parser.parse_args(argv))
         args.check()
     except ValueError as e:
         parser.error(str(e))

@@ -12,12 +12,10 @@ requests go and where results come back: its own IPC name, and a
 
 from __future__ import annotations
 
-import itertools
 import logging
 import queue
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -35,6 +33,7 @@ from .io_struct import (
     TokenizedGenerateReqInput,
 )
 from .ipc import Receiver, Sender, SenderWrapper
+from .limits import check_batch_size, check_client_rids, check_stops, new_rid
 from .metrics import Metrics
 from .models import load_tokenizers
 from .tokenizer import Tokenizer
@@ -44,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT_LENGTH = 65536
 WATCH_AFTER = 0.05  # seconds a request waits before its connection is watched for hang-ups
+ENCODE_SLICE = 256  # prompts tokenized between two looks at the client's connection
 
 
 class ClientDisconnected(Exception):
@@ -112,8 +112,6 @@ class TokenizerManager:
         for name, chat in load_chats(server_args, tokenizers).items():
             self.models[name].chat = chat
         self.default_model = self.models[specs[0].name]
-        self._rid_prefix = uuid.uuid4().hex[:16]
-        self._rid_counter = itertools.count()
         self.rid_to_state: Dict[str, ReqState] = {}
         self.rpc_waiters: Dict[str, "queue.SimpleQueue[RpcOutput]"] = {}
         self.failure: Optional[str] = None
@@ -150,28 +148,37 @@ class TokenizerManager:
         return entry
 
     def new_rid(self) -> str:
-        """Unique in the server: a random prefix per process, then a counter."""
-        return f"{self._rid_prefix}{next(self._rid_counter):x}"
+        """Unguessable, and never one a client may choose (see :mod:`mtok.limits`)."""
+        return new_rid()
 
     @property
     def tokenizer(self) -> Tokenizer:
         return self.default_model.tokenizer
 
     # -- requests ------------------------------------------------------------------
-    def tokenize_request(self, obj: GenerateReqInput) -> List[TokenizedGenerateReqInput]:
+    def tokenize_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> List[TokenizedGenerateReqInput]:
         model = self.model(obj.model)
         self.check_skip_tokenizer_init(obj)
+        args = self.server_args
+        if not obj.rid_is_ours:
+            check_client_rids(obj.rid if isinstance(obj.rid, list) else [obj.rid] if obj.rid else None)
         if obj.text is not None:
             texts = obj.text if obj.is_batch else [obj.text]
-            prompts = model.tokenizer.encode_batch(texts)  # type: ignore[arg-type]
+            check_batch_size(len(texts), args.max_prompts_per_request, "text")  # type: ignore[arg-type]
+            prompts = self.encode_batch(model, texts, watch)  # type: ignore[arg-type]
         else:
             prompts = obj.input_ids if obj.is_batch else [obj.input_ids]  # type: ignore[list-item]
+            check_batch_size(len(prompts), args.max_prompts_per_request, "input_ids")  # type: ignore[arg-type]
             model.check_ids(prompts, "input_ids")  # type: ignore[arg-type]
         self.assign_rids(obj)
         rids = obj.rid if isinstance(obj.rid, list) else [obj.rid]
         out = []
+        checked = None
         for i, ids in enumerate(prompts):
             sp = obj.params_at(i)
+            if sp is not checked:
+                check_stops(sp.stop, args.max_stop_strings, args.max_stop_chars)
+                checked = sp
             where = f" (prompt {i})" if obj.is_batch else ""
             if not ids:
                 raise bad(f"the prompt is empty{where}", "text" if obj.text is not None else "input_ids")
@@ -209,24 +216,37 @@ class TokenizerManager:
         if obj.rid is None:
             base = self.new_rid()
             obj.rid = [f"{base}-{i}" for i in range(obj.batch_size)] if obj.is_batch else base
+            obj.rid_is_ours = True
             return base
         return obj.rid[0] if isinstance(obj.rid, list) else obj.rid
+
+    @staticmethod
+    def encode_batch(model: "ModelEntry", texts: List[str], watch: Optional[Any]) -> List[List[int]]:
+        """Tokenize in slices, and stop if the client has gone meanwhile."""
+        out: List[List[int]] = []
+        for start in range(0, len(texts), ENCODE_SLICE):
+            if start and watch is not None and watch.gone():
+                raise ClientDisconnected()
+            out.extend(model.tokenizer.encode_batch(texts[start : start + ENCODE_SLICE]))
+        return out
 
     def generate_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> Iterator[ReqState]:
         """Yield each request's state as it changes (every step when streaming,
         else once at the end), until all have finished.  Closing the iterator
         early aborts whatever has not finished."""
         arrived = time.monotonic()  # latency and TTFT count tokenization too
-        reqs = self.tokenize_request(obj)
+        reqs = self.tokenize_request(obj, watch)
         return self._run(reqs, obj.stream, watch, arrived)
 
     def _run(self, reqs: List[Any], stream: bool, watch: Optional[Any], arrived: Optional[float] = None
              ) -> Iterator[ReqState]:
         mailbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         states = []
+        taken = set()
         for i, r in enumerate(reqs):
-            if r.rid in self.rid_to_state or any(s.rid == r.rid for s in states):
+            if r.rid in self.rid_to_state or r.rid in taken:
                 raise bad(f"request id {r.rid!r} is already in use", "rid")
+            taken.add(r.rid)
             st = ReqState(r.rid, i, mailbox, stream, len(r.input_ids), arrived)
             if getattr(r, "logprobs", None) is not None:
                 st.logprobs = {}
@@ -237,21 +257,17 @@ class TokenizerManager:
         done = set()
         seen: Dict[str, tuple] = {}
         watching = False
+        deadline = time.monotonic() + self.server_args.request_timeout
         try:
             for r in reqs:
                 self._send(r)
             while len(done) < len(states):
-                if watch is None or watching:
-                    st = mailbox.get()
-                else:
-                    # Most requests are answered within milliseconds; only those
-                    # still waiting are worth watching for a client hang-up.
-                    try:
-                        st = mailbox.get(timeout=WATCH_AFTER)
-                    except queue.Empty:
-                        watch.start(lambda: mailbox.put(_DISCONNECTED))
-                        watching = True
-                        continue
+                st, watching = self._next(mailbox, deadline, watch, watching)
+                if st is None:
+                    if time.monotonic() >= deadline:
+                        self._expire(states, done)
+                        deadline = float("inf")
+                    continue
                 if st is _DISCONNECTED:
                     raise ClientDisconnected()
                 st.queued = False
@@ -272,6 +288,34 @@ class TokenizerManager:
                 if self.rid_to_state.pop(st.rid, None) is not None and st.rid not in done:
                     self.abort_request(st.rid)
 
+    @staticmethod
+    def _next(mailbox: "queue.SimpleQueue[Any]", deadline: float, watch: Optional[Any], watching: bool
+              ) -> "tuple[Any, bool]":
+        """The next state to arrive, or None when the wait ends without one.
+        Most requests are answered within milliseconds; only those still
+        waiting after WATCH_AFTER are worth watching for a client hang-up."""
+        wait = deadline - time.monotonic()
+        if watch is not None and not watching:
+            wait = min(wait, WATCH_AFTER)
+        try:
+            return mailbox.get(timeout=None if wait == float("inf") else max(0.0, wait)), watching
+        except queue.Empty:
+            if watch is not None and not watching and time.monotonic() < deadline:
+                watch.start(lambda: mailbox.put(_DISCONNECTED))
+                watching = True
+            return None, watching
+
+    def _expire(self, states: List[ReqState], done: set) -> None:
+        """The server-side deadline passed: what is unfinished fails with 504."""
+        timeout = self.server_args.request_timeout
+        reason = {"type": "abort", "status_code": 504,
+                  "message": f"the request did not finish within {timeout:g} s (--request-timeout)"}
+        for st in states:
+            if st.rid not in done and self.rid_to_state.pop(st.rid, None) is not None:
+                self.abort_request(st.rid)
+                st.finished_reason = reason
+                st.notify()
+
     def _send(self, obj: Any) -> None:
         try:
             self.send_to_scheduler.send(obj)
@@ -286,6 +330,7 @@ class TokenizerManager:
                       ) -> List[ReqState]:
         """Embed texts or token lists; the states come back in input order."""
         model = self.model(model_name)
+        check_batch_size(len(inputs), self.server_args.max_prompts_per_request, "input")
         texts = [x for x in inputs if isinstance(x, str)]
         encoded = iter(model.tokenizer.encode_batch(texts) if texts else [])
         prompts = [next(encoded) if isinstance(x, str) else x for x in inputs]

@@ -13,11 +13,12 @@ import signal
 import socket
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from .api import Api
 from .args import ServerArgs, read_args
-from .http_server import HTTPServer, make_listen_socket
+from .http_server import HTTPServer
+from .listen import make_listen_socket
 from .metrics import publish
 from .procutil import ChildBoot, exit_now, on_signal
 from .status import ServerState, StatusBoard
@@ -68,14 +69,17 @@ class HttpFrontend:
     def busy(self) -> bool:
         return self.httpd.in_flight > 0 or self.tm.num_in_flight > 0
 
-    def drain(self, timeout: float) -> bool:
-        """Wait for requests in flight to finish; False if the time ran out."""
+    def drain(self, timeout: float, interrupted: Callable[[], bool] = lambda: False) -> bool:
+        """Wait for requests in flight to finish; False if the time ran out or
+        ``interrupted`` said to stop waiting."""
         deadline = time.monotonic() + timeout
         while self.busy:
             if time.monotonic() >= deadline:
                 logger.warning("graceful timeout: %d request(s) still in flight", self.tm.num_in_flight)
                 return False
-            time.sleep(0.02)
+            if interrupted():
+                return False
+            time.sleep(0.02)  # a poll of two counters, not synchronisation
         return True
 
 

@@ -2,7 +2,8 @@
 
 WRITTEN FROM MEMORY for mtok's tests: they follow the structure and the Jinja constructs
 of the families' published templates (Llama 3.1 with tools, Mistral v3 tool calling,
-DeepSeek-R1, Phi-3, Hermes-2-Pro tool use, GLM-4.5, Kimi-K2, Gemma 2, ChatML) but are
+DeepSeek-R1, Phi-3, Hermes-2-Pro tool use, GLM-4.5, Kimi-K2, Gemma 2, ChatML, Llama 2,
+Command-R, SmolLM3) but are
 not byte-exact copies; what matters here is that each uses the constructs real templates
 use, so that mtok's engine is compared with jinja2 on them.  The verbatim templates
 are in ../shared/chat_templates (read by the tests) and tests/chat_templates/.
@@ -463,6 +464,93 @@ CHATML = r"""{% for message in messages %}{{'<|im_start|>' + message['role'] + '
 '}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant
 ' }}{% endif %}"""
 
+LLAMA2 = r"""{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"""
+
+# Command-R style: macros with defaults, a call block with caller(), the generation tag, dictsort.
+COMMAND_R_STYLE = r"""{%- macro turn(role, body='', end=true) -%}
+<|START_OF_TURN_TOKEN|><|{{ role|upper }}_TOKEN|>{{ body }}{{ caller() if caller is defined else '' }}{% if end %}<|END_OF_TURN_TOKEN|>{% endif %}
+{%- endmacro -%}
+{%- macro describe(tool) -%}
+```python
+def {{ tool.function.name }}({% for name, spec in tool.function.parameters.properties|dictsort %}{{ name }}: {{ spec.type if spec.type is string else spec.type|join(' | ') }}{{ ', ' if not loop.last }}{% endfor %}) -> List[Dict]:
+    '''{{ tool.function.description|wordwrap(60)|indent(4) }}
+    '''
+    pass
+```
+{%- endmacro -%}
+{{ bos_token }}
+{%- set system = messages[0].content if messages and messages[0].role == 'system' else 'You are Command.' %}
+{%- call turn('system') %}{{ system|trim }}{% if tools %}
+
+## Available Tools
+{% for tool in tools %}{{ describe(tool) }}
+{% endfor %}{% endif %}{% endcall %}
+{%- for message in messages if message.role != 'system' %}
+{%- if message.role == 'assistant' %}{% generation %}{{ turn('chatbot', message.content if message.content is string else '') }}{% endgeneration %}
+{%- elif message.role == 'tool' %}{{ turn('system', '<results>' ~ message.content ~ '</results>') }}
+{%- else %}{{ turn('user', message.content if message.content is string else message.content|map(attribute='text')|select('defined')|join(' ')) }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{ turn('chatbot', end=false) }}{% endif %}"""
+
+# SmolLM3 style: metadata with strftime_now, a reasoning mode switch, tools as XML, namespace flags.
+SMOLLM3_STYLE = r"""{%- set ns = namespace(reasoning=(enable_thinking if enable_thinking is defined else true), has_system=false, sys='') -%}
+{%- for m in messages if m.role == 'system' -%}
+  {%- set ns.has_system = true -%}
+  {%- set ns.sys = ns.sys ~ (m.content if m.content is string else m.content|map(attribute='text')|join) -%}
+{%- endfor -%}
+<|im_start|>system
+## Metadata
+
+Knowledge Cutoff Date: June 2025
+Today Date: {{ strftime_now("%Y") }}
+Reasoning Mode: {{ "/think" if ns.reasoning else "/no_think" }}
+
+{% if ns.has_system -%}
+## Custom Instructions
+
+{{ ns.sys }}
+{% endif -%}
+{%- if tools -%}
+### Tools
+
+<tools>
+{%- for tool in tools %}
+{{ tool|tojson(separators=(",", ":")) }}
+{%- endfor %}
+</tools>
+{%- endif %}
+<|im_end|>
+{% for message in messages if message.role != 'system' -%}
+{%- set content = message.content if message.content is string else (message.content or [])|selectattr('type', 'eq', 'text')|map(attribute='text')|join('\n') -%}
+{%- if message.role == 'assistant' -%}
+<|im_start|>assistant
+{% if ns.reasoning and loop.last and message.reasoning_content is defined %}<think>
+{{ message.reasoning_content|trim }}
+</think>
+{% elif not ns.reasoning %}<think>
+
+</think>
+{% endif %}{{ content.split('</think>')[-1]|trim }}
+{%- for call in message.tool_calls|default([]) %}
+<tool_call>{{ {"name": call.function.name, "arguments": call.function.arguments}|tojson }}</tool_call>
+{%- endfor %}<|im_end|>
+{% elif message.role == 'tool' -%}
+<|im_start|>user
+<tool_response>{{ content }}</tool_response><|im_end|>
+{% else -%}
+<|im_start|>{{ message.role }}
+{{ content }}<|im_end|>
+{% endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+<|im_start|>assistant
+{% if not ns.reasoning %}<think>
+
+</think>
+{% endif -%}
+{%- endif -%}"""
+
 FAMILIES = {
     "llama31_tools": (LLAMA31_TOOLS, {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}),
     "mistral_v3_tools": (MISTRAL_V3_TOOLS, {"bos_token": "<s>", "eos_token": "</s>"}),
@@ -473,4 +561,7 @@ FAMILIES = {
     "kimi_k2": (KIMI_K2, {"eos_token": "<|im_end|>"}),
     "gemma2": (GEMMA2, {"bos_token": "<bos>", "eos_token": "<eos>"}),
     "chatml": (CHATML, {"eos_token": "<|im_end|>"}),
+    "llama2": (LLAMA2, {"bos_token": "<s>", "eos_token": "</s>"}),
+    "command_r_style": (COMMAND_R_STYLE, {"bos_token": "<BOS_TOKEN>", "eos_token": "<|END_OF_TURN_TOKEN|>"}),
+    "smollm3_style": (SMOLLM3_STYLE, {"eos_token": "<|im_end|>"}),
 }

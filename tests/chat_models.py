@@ -14,12 +14,15 @@ from conftest import ROOT
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 
 SHARED_TEMPLATES = os.path.join(ROOT, "..", "shared", "chat_templates")
-TEMPLATE_NAMES = ("llama3", "gemma3", "deepseek_v3", "gemini")
+REPO_TEMPLATE_NAMES = ("qwen3",)
+TEMPLATE_NAMES = ("llama3", "gemma3", "deepseek_v3", "gemini") + REPO_TEMPLATE_NAMES
 
 
 def shared_template(name: str) -> Dict[str, Any]:
-    """One file of ../shared/chat_templates: the template and its special tokens."""
+    """One file of ../shared/chat_templates (or of tests/chat_templates): the template and its special tokens."""
     path = os.path.join(SHARED_TEMPLATES, f"{name}.json")
+    if name in REPO_TEMPLATE_NAMES:
+        path = os.path.join(ROOT, "tests", "chat_templates", f"{name}.json")
     if not os.path.isfile(path):
         pytest.skip(f"{path} is absent (the shared chat templates are not on this machine)")
     with open(path, encoding="utf-8") as f:

@@ -76,6 +76,14 @@ def test_load_starts_its_own_server(tmp_path):
     assert doc["results"]["server"]["kind"] == "mtok"
 
 
+def test_load_streamed_chat_with_tool_calls_through_the_parsers(tmp_path):
+    doc = bench(tmp_path, "load", "--endpoint", "chat-tools", "--stream", "--input-len", "16", "--output-len", "64",
+                "--concurrency", "2", "--server-arg=--chat-template=examples/chat_template_echo_last.jinja",
+                "--server-arg=--tool-call-parser=qwen25", "--server-arg=--reasoning-parser=deepseek-r1", *SHORT)
+    check_load(doc["results"], streamed=True)
+    assert doc["results"]["mean_output_tokens"] == 64
+
+
 def test_sweep_draws_the_curve(tmp_path):
     svg = tmp_path / "curve.svg"
     doc = bench(tmp_path, "sweep", "--workers-list", "1,2", "--input-len", "16", "--output-len", "1",
@@ -113,6 +121,15 @@ def test_detok(tmp_path):
     rows = doc["results"]
     assert [r["streams"] for r in rows] == [1, 4]
     assert all(r["same_text"] and r["stream_ms"] > 0 and r["one_shot_ms"] > 0 for r in rows)
+
+
+@pytest.mark.fast
+def test_chat(tmp_path):
+    doc = bench(tmp_path, "chat", "--seconds", "0.02", "--repeat", "1")
+    rows = doc["results"]
+    assert {r["conversation"] for r in rows} == {"3-turn", "tools"}
+    assert all(r["us_per_render"] > 0 and r["same_output"] for r in rows)
+    assert {r["backend"] for r in rows} >= {"python"}
 
 
 def peer_python() -> str:
@@ -153,7 +170,7 @@ def test_tokenizer_command_still_dispatches():
     proc = subprocess.run([sys.executable, "-m", "mtok.bench"], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     names: List[str] = [line.split()[0] for line in proc.stdout.splitlines()[3:] if line.strip()]
-    assert {"tokenizer", "load", "sweep", "transport", "soak", "compare", "detok"} <= set(names)
+    assert {"tokenizer", "load", "sweep", "transport", "soak", "compare", "detok", "chat", "parsers", "offline"} <= set(names)
 
 
 # -- pieces, without a server ---------------------------------------------------------
@@ -231,3 +248,20 @@ def test_the_peer_answers_like_mtok():
     assert mine[1]["usage"] == peer[1]["usage"]
     assert mine[2]["tokens"] == peer[2]["tokens"] and mine[2]["count"] == peer[2]["count"]
     assert mine[3] == peer[3]
+
+
+def test_parsers(tmp_path):
+    doc = bench(tmp_path, "parsers", "--chunks", "64", "--repeat", "1", "--tool-parsers", "hermes,kimi_k2")
+    rows = doc["results"]
+    assert [r["tool_parser"] for r in rows] == ["hermes", "kimi_k2"]
+    assert all(r["same_result"] and r["chunks"] > 64 and r["us_per_chunk"] > 0 for r in rows)
+
+
+@pytest.mark.fast
+def test_offline_beside_http(tmp_path):
+    doc = bench(tmp_path, "offline", "--batch", "300", "--input-len", "8", "--output-len", "2", "--concurrency", "8",
+                "--quiet")
+    rows = doc["results"]["rows"]
+    assert [r["mode"].split()[0] for r in rows] == ["offline", "HTTP"]
+    assert all(r["requests"] == 300 and not r.get("errors") and r["requests_per_s"] > 0 for r in rows)
+    assert doc["results"]["offline_over_http"] > 0

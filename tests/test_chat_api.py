@@ -307,3 +307,10 @@ def test_fuzzed_chat_requests_get_200_or_400(srv):
         outcomes[status] = outcomes.get(status, 0) + 1
     assert outcomes.get(200, 0) > 20 and outcomes.get(400, 0) > 20, outcomes
     assert srv.get("/health")[0] == 200
+
+
+def test_a_streamed_request_that_cannot_render_is_an_http_400(srv):
+    """The template runs before the stream starts, so its failure is a status, not an event."""
+    status, _, resp = srv.request("POST", "/v1/chat/completions", {
+        "model": "gemma", "messages": [{"role": "user", "content": "a"}] * 2, "stream": True, "max_tokens": 1})
+    assert status == 400 and "Conversation roles must alternate" in resp["error"]["message"]

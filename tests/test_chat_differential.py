@@ -51,3 +51,19 @@ def test_missing_special_tokens_render_as_jinja2_does():
         mine, ref = ChatTemplate(source, backend="python"), ChatTemplate(source, backend="jinja2")
         for cid, ctx in CONTEXTS[::7]:
             assert outcome(mine, ctx) == outcome(ref, ctx), f"{name} / {cid}"
+
+
+def test_the_jinja2_backend_is_transformers_environment():
+    """The reference itself: our jinja2 backend renders as transformers' own compiled template."""
+    utils = pytest.importorskip("transformers.utils.chat_template_utils", reason="transformers not installed")
+    for name, (source, special) in sorted(TEMPLATES.items()):
+        theirs = utils._compile_jinja_template(source)
+        mine, ref = ChatTemplate(source, backend="python"), ChatTemplate(source, backend="jinja2")
+        for cid, ctx in CONTEXTS[::3]:
+            ctx = {**special, **ctx}
+            try:
+                expected = theirs.render(**ctx)
+            except Exception:  # jinja2's TemplateError and what a template's Python raises
+                expected = ("error",)
+            assert outcome(ref, ctx) == expected, f"{name} / {cid}"
+            assert outcome(mine, ctx) == expected, f"{name} / {cid}"

@@ -30,9 +30,12 @@ CONVERSATIONS = {
     "unicode": [{"role": "user", "content": "héllo wörld 👋 — ｜"}],
     "developer": [{"role": "developer", "content": "Use French."}, {"role": "user", "content": "Bonjour"}],
     "tool_calls": [{"role": "user", "content": "Weather in Paris?"},
-                   {"role": "assistant", "content": None, "tool_calls": [
+                   {"role": "assistant", "content": "", "tool_calls": [  # mtok sends null as "" (tested below)
                        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
                    {"role": "tool", "tool_call_id": "c1", "content": "22 C"}],
+    "thinking": [{"role": "user", "content": "Why?"},
+                 {"role": "assistant", "content": "Because.", "reasoning_content": "Let me think."},
+                 {"role": "user", "content": "Sure?"}],
     # Parts reach only templates that loop over content as parts (the others get one string; tested below).
     "parts": [{"role": "user", "content": [{"type": "text", "text": "Look: "}, {"type": "text", "text": "two parts"}]},
               {"role": "assistant", "content": [{"type": "text", "text": "Seen "}]}],
@@ -80,6 +83,8 @@ def test_prompt_matches_transformers(transformers_tokenizers, name, conv, mode, 
     if conv == "parts" and content_format(shared_template(name)["chat_template"]) == "string":
         pytest.skip("this template reads content as a string; mtok joins the parts (see the test below)")
     kwargs = {"add_generation_prompt": mode == "generation_prompt", "continue_final_message": mode == "continue"}
+    if conv == "tool_calls":
+        kwargs["tools"] = TOOLS
     try:
         expected = hf.apply_chat_template(messages, tokenize=False, **kwargs)
         expected_ids = hf.apply_chat_template(messages, tokenize=True, return_dict=False, **kwargs)
@@ -141,7 +146,7 @@ def test_tool_call_arguments_reach_the_template_as_an_object():
     msgs = [{"role": "assistant", "content": None, "tool_calls": [
         {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]}]
     out = template_messages(msgs, "string")
-    assert out == [{"role": "assistant", "tool_calls": [
+    assert out == [{"role": "assistant", "content": "", "tool_calls": [
         {"id": "1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}]
     for bad_args in ("{not json", "[1, 2]"):
         msgs[0]["tool_calls"][0]["function"]["arguments"] = bad_args
@@ -177,6 +182,12 @@ def test_named_templates_pick_tool_use_when_tools_are_given(tmp_path):
     msgs = [{"role": "user", "content": "x"}]
     assert render_prompt(chat, ChatInput(msgs)) == "D"
     assert render_prompt(chat, ChatInput(msgs, tools=TOOLS)) == "Tget_weather"
+    d = model_dir(tmp_path, "files", {"chat_template": "config"}, jinja="D")  # .jinja files win over the config
+    os.makedirs(os.path.join(d, "additional_chat_templates"))
+    with open(os.path.join(d, "additional_chat_templates", "tool_use.jinja"), "w") as f:
+        f.write("T")
+    from_files = load_model_chat(files_of(d), None, "auto")
+    assert render_prompt(from_files, ChatInput(msgs)) == "D" and render_prompt(from_files, ChatInput(msgs, tools=TOOLS)) == "T"
     only_tools = load_model_chat(files_of(model_dir(tmp_path, "n", {"chat_template": named[1:]})), None, "auto")
     with pytest.raises(APIError) as e:
         render_prompt(only_tools, ChatInput(msgs))
@@ -236,3 +247,39 @@ def test_request_fields_for_the_template():
         with pytest.raises(APIError) as e:
             parse_chat_input(dict(body, **extra))
         assert e.value.status == 400 and e.value.param == param, (extra, e.value.message)
+
+
+@pytest.mark.parametrize("backend", ["jinja2", "python"])
+def test_environment_globals_and_limits(tmp_path, backend):
+    """strftime_now and raise_exception come with the template's environment; a render
+    past the output limit is a 400, as any template failure."""
+    if backend not in backends():
+        pytest.skip(f"the {backend} chat template backend is not available here")
+    import datetime
+
+    source = ("{% if messages[0].content == 'boom' %}{{ raise_exception('no ' + messages[0].content) }}{% endif %}"
+              "{% if messages[0].content == 'big' %}{% for i in range(20000) %}{{ 'y' * 300 }}{% endfor %}{% endif %}"
+              "{{ strftime_now('%Y') }}")
+    chat = load_model_chat(files_of(model_dir(tmp_path, "m", {"chat_template": source})), None, backend)
+    year = datetime.datetime.now().strftime("%Y")
+    assert render_prompt(chat, ChatInput([{"role": "user", "content": "x"}])) in (year, str(int(year) + 1))
+    for content, words in (("boom", "no boom"), ("big", "")):
+        with pytest.raises(APIError) as e:
+            render_prompt(chat, ChatInput([{"role": "user", "content": content}]))
+        assert e.value.status == 400 and words in e.value.message and "chat template" in e.value.message
+
+
+def test_special_tokens_are_not_added_twice(tmp_path):
+    """Mistral's tokenizer adds <s> itself; the template writes it too: the prompt has one."""
+    from conftest import shared_tokenizer
+
+    config = {"chat_template": "{{ bos_token }}[INST] {{ messages[0].content }} [/INST]", "bos_token": "<s>",
+              "eos_token": "</s>"}
+    d = model_dir(tmp_path, "mistral", config, tokenizer_json=shared_tokenizer("mistral-7b-v0.1.json"))
+    model = mtok_model(d, "auto")
+    bos = model.tokenizer.token_to_id("<s>")
+    plain = model.tokenizer.encode("hello", True)
+    assert plain[0] == bos  # the tokenizer's own post-processor adds it
+    ids = prompt_ids(model, ChatInput([{"role": "user", "content": "hello"}]))
+    assert ids[0] == bos and ids.count(bos) == 1
+    assert prompt_ids(model, ChatInput([{"role": "user", "content": "hello"}]), add_special_tokens=True)[:2] == [bos, bos]

@@ -142,3 +142,17 @@ def test_holdback_and_find_stop():
     assert find_stop("one two three", ["three", "two"], 0) == (4, "two")
     assert find_stop("one two three", ["two"], 8) is None
     assert find_stop("one two three", ["three"], 9) == (8, "three")
+
+
+def _holdback_reference(text, stops):
+    """The definition: the longest proper prefix of a stop string that ends the text."""
+    return max([k for s in stops for k in range(1, min(len(s) - 1, len(text)) + 1) if text.endswith(s[:k])],
+               default=0)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="ab c", max_size=30), st.lists(st.text(alphabet="ab c", min_size=1, max_size=8), max_size=5))
+def test_stop_holdback_matches_its_definition(text, stops):
+    from mtok.decoding import stop_holdback
+
+    assert stop_holdback(text, stops) == _holdback_reference(text, stops)

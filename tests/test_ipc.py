@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from conftest import wait_for
-from mtok import ipc
+from mtok import ipc, socket_mapping
 from mtok.io_struct import AbortReq, BatchStrOutput, TokenizedGenerateReqInput
 
 pytestmark = pytest.mark.fast
@@ -146,7 +146,7 @@ def test_socket_mapping_opens_lazily_and_reuses(sock_dir):
     names = [ipc.ipc_name(sock_dir, f"w{i}") for i in range(2)]
     rxs = [ipc.Receiver(n, KEY) for n in names]
     try:
-        mapping = ipc.SocketMapping(KEY)
+        mapping = socket_mapping.SocketMapping(KEY)
         assert len(mapping) == 0
         for i in range(5):
             assert mapping.send_output(names[i % 2], AbortReq(rid=str(i)))
@@ -159,31 +159,59 @@ def test_socket_mapping_opens_lazily_and_reuses(sock_dir):
             rx.close()
 
 
-def test_socket_mapping_drops_a_dead_peer_without_raising(sock_dir, caplog):
+def test_socket_mapping_survives_a_dead_peer_until_the_supervisor_drops_it(sock_dir, caplog):
     name = ipc.ipc_name(sock_dir, "gone")
     rx = ipc.Receiver(name, KEY)
-    mapping = ipc.SocketMapping(KEY)
+    mapping = socket_mapping.SocketMapping(KEY)
     mapping.send_output(name, AbortReq(rid="1"))
     drain(rx, 1)
     rx.close()  # the worker dies
-    wait_for(lambda: not mapping.send_output(name, AbortReq(rid="2")) and name not in mapping,
-             what="the mapping to drop the dead peer")
-    assert mapping.send_output(name, AbortReq(rid="3")) is False  # no raise, no reconnect storm
+    for i in range(50):  # never raises, and says so once
+        mapping.send_output(name, AbortReq(rid=str(i)))
+    wait_for(lambda: "cannot send" in caplog.text, what="the failure to be logged")
+    for i in range(50):
+        mapping.send_output(name, AbortReq(rid=str(i)))
+    assert caplog.text.count("cannot send") == 1
+    mapping.drop(name)  # the supervisor replaced it
+    assert mapping.send_output(name, AbortReq(rid="3")) is False and name not in mapping
     assert mapping.send_output(None, AbortReq(rid="4")) is False
-    assert "gone" in caplog.text
 
 
-def test_socket_mapping_gives_up_on_a_wedged_peer(sock_dir):
+def step(rid_texts, finished=()):
+    out = BatchStrOutput(rids=[r for r, _ in rid_texts], http_worker_ipcs=["w"] * len(rid_texts))
+    for rid, text in rid_texts:
+        out.output_strs.append(text)
+        out.output_ids.append([len(text)])
+        out.prompt_tokens.append(3)
+        out.completion_tokens.append(len(text))
+        out.finished_reasons.append({"type": "stop"} if rid in finished else None)
+    return out
+
+
+def test_a_wedged_peer_is_kept_and_its_pending_steps_are_merged(sock_dir):
     name = ipc.ipc_name(sock_dir, "stuck")
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(name)
     listener.listen(1)  # accepts nothing, answers nothing: a stopped process
-    mapping = ipc.SocketMapping(KEY, max_pending=5)
+    mapping = socket_mapping.SocketMapping(KEY)
     try:
-        results = [mapping.send_output(name, AbortReq(rid=str(i))) for i in range(10)]
-        assert results[-1] is False and name not in mapping
+        assert all(mapping.send_output(name, step([("a", "x"), ("b", "y")])) for _ in range(20000))
+        assert name in mapping and mapping._mapping[name].pending < socket_mapping._Peer.MERGE_AT
     finally:
         listener.close()
+
+
+def test_merge_outputs_concatenates_per_request_and_keeps_a_reused_rid_apart():
+    msgs = [step([("a", "he"), ("b", "x")]), step([("a", "llo")], finished={"a"}), AbortReq(rid="z"),
+            step([("a", "new"), ("b", "y")]), step([("b", "z")], finished={"b"})]
+    before = [m.output_strs[:] for m in msgs if isinstance(m, BatchStrOutput)]
+    merged = socket_mapping.merge_outputs(msgs)
+    assert [type(m).__name__ for m in merged] == ["BatchStrOutput", "AbortReq", "BatchStrOutput"]
+    assert merged[0].rids == ["a", "b"] and merged[0].output_strs == ["hello", "x"]
+    assert merged[0].finished_reasons == [{"type": "stop"}, None] and merged[0].output_ids == [[2, 3], [1]]
+    assert merged[2].rids == ["a", "b"] and merged[2].output_strs == ["new", "yz"]
+    assert merged[2].completion_tokens == [3, 1] and merged[2].finished_reasons == [None, {"type": "stop"}]
+    assert [m.output_strs for m in msgs if isinstance(m, BatchStrOutput)] == before  # inputs untouched
 
 
 def test_receiver_close_unblocks_a_waiting_reader(sock_dir):
@@ -194,3 +222,20 @@ def test_receiver_close_unblocks_a_waiting_reader(sock_dir):
     rx.close()
     t.join(11)
     assert not t.is_alive()
+
+
+def test_merge_outputs_keeps_every_logprob_row():
+    """A lagging worker's queued steps are merged; logprob rows must add up, not be lost."""
+    def lp_step(rids, rows, finished=()):
+        msg = step([(r, "t") for r in rids], finished=set(finished))
+        msg.logprobs = [None if rows.get(r) is None else {"output_token_logprobs": rows[r]} for r in rids]
+        return msg
+
+    msgs = [lp_step(["a", "b"], {"a": [[-0.5, 1, "t"]], "b": None}),
+            lp_step(["a", "c"], {"a": [[-0.7, 2, "t"]], "c": [[-0.1, 3, "t"]]}),
+            lp_step(["a"], {"a": [[-0.9, 4, "t"]]}, finished={"a"})]
+    merged = socket_mapping.merge_outputs(msgs)
+    assert len(merged) == 1 and merged[0].rids == ["a", "b", "c"]
+    assert merged[0].logprobs == [{"output_token_logprobs": [[-0.5, 1, "t"], [-0.7, 2, "t"], [-0.9, 4, "t"]]},
+                                  None, {"output_token_logprobs": [[-0.1, 3, "t"]]}]
+    assert msgs[0].logprobs[0] == {"output_token_logprobs": [[-0.5, 1, "t"]]}  # inputs untouched

@@ -16,6 +16,7 @@ SCRIPT = r"""
 import importlib, json, os, pkgutil, sys, sysconfig
 sys.modules["tokenizers"] = None   # hide the optional dependency, even where it is installed
 sys.modules["tiktoken"] = None
+sys.modules["jinja2"] = None       # the chat template engine's optional backend
 before = set(sys.modules)
 import mtok
 names = sorted(m.name for m in pkgutil.walk_packages(mtok.__path__, "mtok."))
@@ -25,6 +26,9 @@ from mtok.tokenizer import load_tokenizer
 tok = load_tokenizer(None)
 assert tok.backend == "python", tok.backend
 assert tok.decode(tok.encode("héllo wörld 👋")) == "héllo wörld 👋"
+from mtok.chat import ChatTemplate
+chat = ChatTemplate("{% for m in messages %}{{ m.content|upper }}{% endfor %}")
+assert chat.backend == "python" and chat.render(messages=[{"content": "hi"}]) == "HI", chat.backend
 stdlib = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib")}
 outside = []
 for name in set(sys.modules) - before:
@@ -49,6 +53,7 @@ def test_core_imports_only_the_standard_library():
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert "mtok.serve" in result["modules"] and "mtok.tokenizer.pyrt" in result["modules"]
+    assert "mtok.chat.engine" in result["modules"]
     assert result["outside"] == [], f"non-stdlib imports: {result['outside']}"
 
 

@@ -17,6 +17,9 @@ COMMANDS = {
     "soak": ("mtok.bench.soak", "long mixed load; the server's RSS and open fds over time"),
     "compare": ("mtok.bench.compare", "mtok vs the FastAPI peer, alternately, on one workload; the ratios"),
     "detok": ("mtok.bench.detok", "the detokenizer streaming token by token vs one decode of the same ids"),
+    "offline": ("mtok.bench.offline", "one batch through mtok.Engine beside the same prompts over HTTP"),
+    "chat": ("mtok.bench.chat", "chat template render time: mtok's Jinja engine beside jinja2"),
+    "parsers": ("mtok.bench.parsers", "tool-call and reasoning parsing per streamed chunk vs one parse"),
     "upstream": ("mtok.bench.upstream", "what mtok in front of an upstream engine adds, per request and per streamed token"),
 }
 

@@ -32,7 +32,7 @@ from .workload import ENDPOINTS, Workload, build_plans
 def add_workload_args(parser: argparse.ArgumentParser, duration: float = 10.0) -> None:
     g = parser.add_argument_group("workload")
     g.add_argument("--endpoint", choices=[*ENDPOINTS, "mixed"], default="generate",
-                   help="/generate, /v1/completions, /tokenize, or a mix of all with and without streaming")
+                   help="/generate, /v1/completions, /tokenize, /v1/chat/completions (chat; chat-tools: a reply with reasoning and a tool call), or a mix of the first three with and without streaming")
     g.add_argument("--input-len", type=int, default=128, help="prompt length in tokens (default: %(default)s)")
     g.add_argument("--output-len", type=int, default=16, help="tokens to generate (default: %(default)s)")
     g.add_argument("--prompts", metavar="JSONL", help="prompts from a file instead (a string or "

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .http_client import Target, build_request
 
-ENDPOINTS = {"generate": "/generate", "completions": "/v1/completions", "tokenize": "/tokenize"}
+ENDPOINTS = {"generate": "/generate", "completions": "/v1/completions", "tokenize": "/tokenize",
+             "chat": "/v1/chat/completions", "chat-tools": "/v1/chat/completions"}
 MIXED = ("generate", "generate-stream", "completions", "completions-stream", "tokenize")
 
 
@@ -137,7 +138,30 @@ def request_body(kind: str, prompt: str, output_len: int, stream: bool) -> Dict[
         return body
     if kind == "tokenize":
         return {"prompt": prompt}
+    if kind in ("chat", "chat-tools"):
+        return chat_body(kind, prompt, output_len, stream)
     raise ValueError(f"unknown endpoint {kind!r}; choose from {', '.join(ENDPOINTS)} or mixed")
+
+
+# "chat-tools": the user's message is what a reasoning model calling a tool says, so a
+# server started with examples/chat_template_echo_last.jinja and the echo engine
+# (``--chat-template ... --tool-call-parser qwen25 --reasoning-parser deepseek-r1``)
+# streams it back through both parsers: reasoning, the answer, then the call.
+BENCH_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+BENCH_CALL = '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def chat_body(kind: str, prompt: str, output_len: int, stream: bool) -> Dict[str, Any]:
+    if kind == "chat-tools":
+        prompt = "<think>The user wants the weather.</think>" + prompt + BENCH_CALL
+    body: Dict[str, Any] = {"messages": [{"role": "user", "content": prompt}], "max_tokens": output_len,
+                            "ignore_eos": True}
+    if kind == "chat-tools":
+        body["tools"] = BENCH_TOOLS
+    if stream:
+        body.update(stream=True, stream_options={"include_usage": True})
+    return body
 
 
 def build_plans(workload: Workload, tokenizer: Any, target: Target) -> List[Plan]:

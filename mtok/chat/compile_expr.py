@@ -11,14 +11,24 @@ where (as in jinja2) it fails only when evaluated.
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Dict, List
 
+from . import sandbox
 from .errors import TemplateError
 from .filters import FILTERS
 from .predicates import TESTS
+from .runtime import MISSING, LoopContext, Macro
+from .fold import Impossible, const_value, has_safe_repr, has_slice
 
-_PLAIN_BINOPS = {"-": "-", "/": "/", "//": "//", "%": "%"}
-_GUARDED_BINOPS = {"+": "add", "*": "mul", "**": "pow_"}
+# What generated code sees besides its own bindings (filters, tests, constants).
+BASE_NAMESPACE: Dict[str, Any] = {
+    "ga": sandbox.getattr_, "gi": sandbox.getitem, "call": sandbox.call, "add": sandbox.add, "mul": sandbox.mul,
+    "pow_": sandbox.pow_, "mod": sandbox.mod, "concat": sandbox.concat, "s": str, "setns": sandbox.setns, "LoopContext": LoopContext,
+    "Macro": Macro, "MISSING": MISSING, "__builtins__": {"list": list, "slice": slice, "str": str},
+}
+
+_PLAIN_BINOPS = {"-": "-", "/": "/", "//": "//"}
+_GUARDED_BINOPS = {"+": "add", "*": "mul", "**": "pow_", "%": "mod"}
 _COMPARE = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "in": "in", "not in": "not in"}
 
 
@@ -39,6 +49,14 @@ class ExpressionCompiler:
         return name
 
     def expr(self, node: Any, frame: Any) -> str:
+        if node.kind != "const" and has_slice(node):  # where jinja2's constant folding changes the result
+            try:
+                value = const_value(node)
+            except Impossible:
+                pass
+            else:
+                if has_safe_repr(value):
+                    return self.const_name(value)
         return getattr(self, "expr_" + node.kind)(node, frame)
 
     def expr_const(self, node: Any, frame: Any) -> str:
@@ -54,11 +72,13 @@ class ExpressionCompiler:
         return f"ga({self.expr(node.node, frame)}, {node.attr!r})"
 
     def expr_getitem(self, node: Any, frame: Any) -> str:
+        if node.arg.kind == "slice":  # jinja2 slices with Python's own subscript at run time (None[1:] fails)
+            return f"{self.expr(node.node, frame)}[{self.expr(node.arg, frame)}]"
         return f"gi({self.expr(node.node, frame)}, {self.expr(node.arg, frame)})"
 
     def expr_slice(self, node: Any, frame: Any) -> str:
         parts = [self.expr(p, frame) if p is not None else "None" for p in (node.start, node.stop, node.step)]
-        return f"slice({', '.join(parts)})"
+        return f"slice({', '.join(parts)})"  # inside a subscript, Python reads this as the slice
 
     def _args(self, node: Any, frame: Any, extra: List[str] = ()) -> str:
         parts = [self.expr(a, frame) for a in node.args]
@@ -80,7 +100,8 @@ class ExpressionCompiler:
             if not frame.soft:
                 raise TemplateError(f"No {kind} named {name!r}.", "syntax", node.lineno)
             func = _missing(kind, name)
-        local = f"{prefix}_{''.join(c if c.isalnum() else '_' for c in name)}_{abs(hash(name)) % 9973}"
+        key = f"{prefix}:{name}"  # one module-level name per filter or test used
+        local = self.namespace.setdefault(key, f"{prefix}_{len(self.namespace)}")
         self.namespace[local] = func
         return local
 

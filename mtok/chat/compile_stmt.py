@@ -3,7 +3,8 @@
 ``for`` becomes a Python ``for`` over the iterable (a list when the body reads
 ``loop`` or the loop has a filter, as jinja2 needs the length); each iteration ticks
 the render's budget and re-initialises the body's locals.  The ``else`` block runs when
-no iteration ran.  A macro (and the body of a ``call`` block, which is the ``caller``
+no iteration ran.  A ``recursive`` loop becomes a nested function of its items, which
+``loop(children)`` calls one level deeper.  A macro (and the body of a ``call`` block, which is the ``caller``
 macro) becomes a nested Python function wrapped in :class:`~mtok.chat.runtime.Macro`,
 which applies jinja2's argument rules.
 """
@@ -19,17 +20,31 @@ from .symbols import FrameVisitor, names_used
 
 class StatementCompiler(Compiler):
     def stmt_for(self, node: Any, frame: Frame) -> None:
-        extended = "loop" in names_used(node.body, {"loop"})
-        if names_used([node.test] + list(node.else_), {"loop"}) and not frame.symbols.find_ref("loop"):
-            raise TemplateError("the loop variable is not available in a loop's filter or else block",
-                                "syntax", node.lineno)
+        if _stores_loop(node):
+            raise TemplateError("Can't assign to special loop variable in for-loop target", "syntax", node.lineno)
+        items = self.tmp()
+        if not node.recursive:
+            self.line(f"{items} = {self.expr(node.iter, frame)}")
+            self._loop(node, frame, items, None)
+            return
+        # a recursive loop is a function of its items: ``loop(children)`` renders the body for them
+        func, buf = self.tmp("m"), self.tmp("b")
+        self.line(f"def {func}({items}, depth0):")
+        self.indent += 1
+        self.line(f"{buf} = []")
+        self.line(f"w_{buf} = {buf}.append")
+        self._loop(node, Frame(frame.symbols, buf, frame.in_loop, frame.soft), items, func)
+        self.line(f"return rt.join({buf})")
+        self.indent -= 1
+        self.line(f"w_{frame.buffer}({func}({self.expr(node.iter, frame)}, 0))")
+
+    def _loop(self, node: Any, frame: Frame, items: str, recurse: Any) -> None:
+        extended = recurse is not None or "loop" in names_used(node.body, {"loop"})
         loop_frame = frame.inner(in_loop=True)
         visitor = FrameVisitor(loop_frame.symbols)
         visitor.store_target(node.target, param=True)
         visitor.visit_all(node.body)
         loop_ref = loop_frame.symbols.declare_parameter("loop") if extended else None
-        items = self.tmp()
-        self.line(f"{items} = {self.expr(node.iter, frame)}")
         if node.test is not None:
             self._filter_items(node, frame, items)
         elif extended:
@@ -38,7 +53,8 @@ class StatementCompiler(Compiler):
         if flag:
             self.line(f"{flag} = True")
         if loop_ref:
-            self.line(f"{loop_ref} = LoopContext({items})")
+            self.line(f"{loop_ref} = LoopContext({items}, depth0, {recurse})" if recurse else
+                      f"{loop_ref} = LoopContext({items})")
         self.line(f"for {self.target(node.target, loop_frame)} in {items}:")
         self.indent += 1
         if flag:
@@ -112,6 +128,26 @@ class StatementCompiler(Compiler):
         caller = self.tmp()
         self.line(f"{caller} = {self.macro_function(node, frame, 'caller')}")
         self.line(f"w_{frame.buffer}(s({self.expr_call(node.call, frame, [f'caller={caller}'])}))")
+
+
+def _stores_loop(node: Any) -> bool:
+    """Whether anything under a ``for`` (its target, a ``set``) assigns to ``loop`` (jinja2 refuses it)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif hasattr(item, "kind"):
+            if item.kind in ("for", "set", "setblock") and _names_in(item.target) & {"loop"}:
+                return True
+            stack.extend(v for v in item.f.values() if isinstance(v, (list, tuple)) or hasattr(v, "kind"))
+    return False
+
+
+def _names_in(target: Any) -> set:
+    if target.kind == "tuple":
+        return set().union(*(_names_in(t) for t in target.items)) if target.items else set()
+    return {target.name} if target.kind == "name" else set()
 
 
 def _not_provided(name: str) -> Any:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from .compile_expr import ExpressionCompiler
+from .fold import Impossible, const_value, has_slice
 from .errors import TemplateError
 from .symbols import FrameVisitor, Symbols, names_used
 
@@ -119,8 +120,9 @@ class Compiler(ExpressionCompiler):
     # -- statements -----------------------------------------------------------------
     def stmt_output(self, node: Any, frame: Frame) -> None:
         for item in node.nodes:
-            if item.kind == "const":
-                self.line(f"w_{frame.buffer}({str(item.value)!r})")
+            value = item.value if item.kind == "const" else _printed_constant(item)
+            if value is not _NOT_CONSTANT:
+                self.line(f"w_{frame.buffer}({str(value)!r})")
             else:
                 self.line(f"w_{frame.buffer}(s({self.expr(item, frame)}))")
 
@@ -196,6 +198,19 @@ class Compiler(ExpressionCompiler):
         self.enter_frame(inner)
         value = self.capture(node.body, inner)
         self.line(f"w_{frame.buffer}(s({self._filter_chain(node.filter, inner, value)}))")
+
+
+_NOT_CONSTANT = object()
+
+
+def _printed_constant(node: Any) -> Any:
+    """What jinja2 prints for a ``{{ }}`` it folds, where folding changes the result (see fold.py)."""
+    if not has_slice(node):
+        return _NOT_CONSTANT
+    try:
+        return const_value(node)  # printed as folded, even where it could not be a constant
+    except Impossible:
+        return _NOT_CONSTANT
 
 
 def generate(body: List[Any]) -> Tuple[str, List[int], Dict[str, Any]]:

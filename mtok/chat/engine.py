@@ -11,16 +11,16 @@ the template line where the failure happened when it can be known.
 from __future__ import annotations
 
 import datetime
-import sys
+import warnings
 from itertools import islice
 from typing import Any, Callable, Dict, List
 
-from . import sandbox
+from .compile_expr import BASE_NAMESPACE
 from .compiler import generate
 from .errors import TemplateError
-from .limits import MAX_RANGE, Limits
+from .limits import Budget, Limits
 from .parser import parse
-from .runtime import MISSING, Cycler, Joiner, LoopContext, Macro, Namespace, check_namespace_key, undefined_name
+from .runtime import Cycler, Joiner, Namespace, undefined_name
 
 
 def raise_exception(message: Any) -> None:
@@ -47,60 +47,37 @@ GLOBALS: Dict[str, Any] = {
 }
 
 
-def _setns(ns: Any, attr: str, value: Any) -> None:
-    if type(ns) is not Namespace:
-        raise TemplateError("cannot assign attribute on non-namespace object", "type")
-    check_namespace_key(attr)
-    ns.attrs[attr] = value
+class Runtime(Budget):
+    """One render's budget (:class:`~mtok.chat.limits.Budget`), plus the output checked so far and macro depth."""
 
-
-BASE_NAMESPACE: Dict[str, Any] = {
-    "ga": sandbox.getattr_, "gi": sandbox.getitem, "call": sandbox.call, "add": sandbox.add, "mul": sandbox.mul,
-    "pow_": sandbox.pow_, "concat": sandbox.concat, "s": str, "setns": _setns, "LoopContext": LoopContext,
-    "Macro": Macro, "MISSING": MISSING, "__builtins__": {"list": list, "slice": slice, "str": str},
-}
-
-
-class Runtime:
-    """What one render has spent: loop steps, output checked so far, macro depth."""
-
-    __slots__ = ("limits", "steps", "depth", "buf", "mark", "size")
+    __slots__ = ("depth", "buf", "mark", "size")
 
     def __init__(self, limits: Limits):
-        self.limits = limits
-        self.steps = 0
+        super().__init__(limits)
         self.depth = 0
         self.buf: List[str] = []
         self.mark = 0
         self.size = 0
 
     def tick(self, buf: List[str]) -> None:
+        """One loop iteration: a step; and, every 32 new pieces of ``buf``, the size of its output."""
         self.steps += 1
         if self.steps > self.limits.max_steps:
-            raise TemplateError(f"the template ran more than {self.limits.max_steps} loop steps", "limit")
-        if buf is not self.buf:
-            self.buf, self.mark, self.size = buf, 0, 0
+            self.spend(0)
         n = len(buf)
-        if n > self.mark:
+        if n - self.mark >= 32 or buf is not self.buf:
+            if buf is not self.buf:
+                self.buf, self.mark, self.size = buf, 0, 0
             self.size += sum(map(len, islice(buf, self.mark, n)))
             self.mark = n
             if self.size > self.limits.max_output:
-                self.too_long()
-
-    def too_long(self) -> None:
-        raise TemplateError(f"the template rendered more than {self.limits.max_output} characters", "limit")
+                self.output_exceeded()
 
     def join(self, buf: List[str]) -> str:
         rv = "".join(buf)
         if len(rv) > self.limits.max_output:
-            self.too_long()
+            self.output_exceeded()
         return rv
-
-    def range(self, *args: int) -> range:
-        rng = range(*args)
-        if len(rng) > MAX_RANGE:
-            raise TemplateError(f"range too big: {len(rng)} items, at most {MAX_RANGE}", "security")
-        return rng
 
 
 class CompiledTemplate:
@@ -112,7 +89,9 @@ class CompiledTemplate:
         self.limits = limits
         body = parse(source)
         self.python_source, self.line_map, namespace = generate(body)
-        code = compile(self.python_source, "<chat template>", "exec")
+        with warnings.catch_warnings():  # Python warns on literal subscripts such as None[1:]; jinja2 errs at run time
+            warnings.simplefilter("ignore", SyntaxWarning)
+            code = compile(self.python_source, "<chat template>", "exec")
         namespace.update(BASE_NAMESPACE)
         exec(code, namespace)
         self._root: Callable[..., List[str]] = namespace["root"]
@@ -158,4 +137,4 @@ def compile_template(source: str, limits: Limits) -> CompiledTemplate:
         raise TemplateError(f"the template cannot be compiled: {exc.msg}", "syntax") from None
 
 
-__all__ = ["CompiledTemplate", "GLOBALS", "compile_template", "sys"]
+__all__ = ["CompiledTemplate", "GLOBALS", "compile_template"]

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from .errors import TemplateError
 from .predicates import TESTS
 from .runtime import Undefined
-from .sandbox import getattr_, getitem, is_safe_attribute, unsafe_attr
+from .sandbox import check_printf, check_str_growth, getitem, is_safe_attribute, unsafe_attr
 
 _WORD_START = re.compile(r"([-\s({\[<]+)")
 _WORD = re.compile(r"\w+")
@@ -101,6 +101,7 @@ def do_title(s: Any) -> str:
 
 
 def do_replace(s: Any, old: Any, new: Any, count: Optional[int] = None) -> str:
+    check_str_growth(str(s), "replace", (str(old), str(new)))
     return str(s).replace(str(old), str(new), -1 if count is None else count)
 
 
@@ -159,6 +160,7 @@ def do_max(value: Any, case_sensitive: bool = False, attribute: Any = None) -> A
 
 
 def do_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = False) -> str:
+    check_str_growth("", "center", (width,))
     indention = width if isinstance(width, str) else " " * width
     s += "\n"
     if blank:
@@ -211,6 +213,7 @@ def do_float(value: Any, default: float = 0.0) -> float:
 def do_format(value: Any, *args: Any, **kwargs: Any) -> str:
     if args and kwargs:
         raise TemplateError("can't handle positional and keyword arguments at the same time", "type")
+    check_printf(_text(value))
     return _text(value) % (kwargs or args)
 
 
@@ -366,13 +369,18 @@ def do_rejectattr(value: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
     return _select(value, args, kwargs, False, True)
 
 
+def do_center(value: Any, width: int = 80) -> str:
+    check_str_growth("", "center", (width,))
+    return _text(value).center(width)
+
+
 def do_escape(value: Any) -> str:
     return _text(value).translate(_HTML_ESCAPES)
 
 
 FILTERS: Dict[str, Callable] = {
     "abs": abs, "attr": do_attr, "batch": do_batch, "capitalize": lambda s: _text(s).capitalize(),
-    "center": lambda value, width=80: _text(value).center(width), "count": len, "d": do_default,
+    "center": do_center, "count": len, "d": do_default,
     "default": do_default, "dictsort": do_dictsort, "e": do_escape, "escape": do_escape, "first": do_first,
     "float": do_float, "forceescape": do_escape, "format": do_format, "groupby": do_groupby, "indent": do_indent,
     "int": do_int, "items": do_items, "join": do_join, "last": do_last, "length": len, "list": list,
@@ -384,5 +392,3 @@ FILTERS: Dict[str, Callable] = {
     "upper": lambda s: _text(s).upper(), "wordcount": lambda s: len(_WORD.findall(_text(s))),
     "wordwrap": do_wordwrap,
 }
-
-__all__ = ["FILTERS", "attrgetter", "getattr_"]

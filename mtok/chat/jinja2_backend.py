@@ -118,6 +118,16 @@ def environment() -> Any:
     return _ENVIRONMENT
 
 
+def _template_line(exc: BaseException) -> Any:
+    """The template line of a render error: jinja2 rewrites its tracebacks to name them."""
+    lineno, tb = None, exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            lineno = tb.tb_lineno
+        tb = tb.tb_next
+    return lineno
+
+
 def _wrap(exc: BaseException) -> TemplateError:
     """A jinja2 (or Python) exception as a :class:`TemplateError`."""
     import jinja2
@@ -126,15 +136,16 @@ def _wrap(exc: BaseException) -> TemplateError:
         return exc
     if isinstance(exc, jinja2.TemplateSyntaxError):
         return TemplateError(exc.message or str(exc), "syntax", exc.lineno)
+    line = _template_line(exc)
     if isinstance(exc, jinja2.UndefinedError):
-        return TemplateError(exc.message or str(exc), "undefined")
+        return TemplateError(exc.message or str(exc), "undefined", line)
     if isinstance(exc, jinja2.exceptions.SecurityError):
-        return TemplateError(exc.message or str(exc), "security")
+        return TemplateError(exc.message or str(exc), "security", line)
     if isinstance(exc, jinja2.TemplateError):
-        return TemplateError(exc.message if exc.message is not None else "", "raised")
+        return TemplateError(exc.message if exc.message is not None else "", "raised", line)
     if isinstance(exc, RecursionError):
         return TemplateError("the template recursed too deeply", "limit")
-    return TemplateError(f"{type(exc).__name__}: {exc}", "type")
+    return TemplateError(f"{type(exc).__name__}: {exc}", "type", line)
 
 
 class Jinja2Template:

@@ -20,8 +20,9 @@ A token is ``(kind, value, lineno, colno)``; kinds are ``data``, ``block_begin``
 from __future__ import annotations
 
 import ast
+import bisect
 import re
-from typing import List, Tuple
+from typing import Any, List, Optional, Tuple
 
 from .errors import TemplateError
 
@@ -57,10 +58,12 @@ class _Scanner:
         self.source = "\n".join(lines)
         self.tokens: List[Token] = []
         self.line_starting = True
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", self.source)]
 
     def where(self, pos: int) -> Tuple[int, int]:
-        lineno = self.source.count("\n", 0, pos) + 1
-        return lineno, pos - (self.source.rfind("\n", 0, pos) + 1) + 1
+        """(line, column), 1-based, of a position."""
+        line = bisect.bisect_right(self.line_starts, pos)
+        return line, pos - self.line_starts[line - 1] + 1
 
     def emit(self, kind: str, value: object, pos: int) -> None:
         lineno, colno = self.where(pos)
@@ -112,6 +115,8 @@ def _strip_before(sc: _Scanner, text: str, sign: str, kind: str) -> str:
 def _comment(sc: _Scanner, pos: int, tag_pos: int) -> int:
     m = _COMMENT_END.match(sc.source, pos)
     if m is None:
+        if pos >= len(sc.source):  # jinja2 ends quietly when the template ends right after "{#"
+            return pos
         raise sc.fail("Missing end of comment tag", tag_pos)
     sc.line_starting = m.group()[-1:] == "\n"
     return m.end()
@@ -120,6 +125,8 @@ def _comment(sc: _Scanner, pos: int, tag_pos: int) -> int:
 def _raw(sc: _Scanner, pos: int) -> int:
     m = _RAW_END.match(sc.source, pos)
     if m is None:
+        if pos >= len(sc.source):
+            return pos
         raise sc.fail("Missing end of raw directive", pos)
     text = _strip_before(sc, m.group(1), m.group(3), "raw")
     if text:
@@ -190,3 +197,54 @@ def _unescape(sc: _Scanner, body: str, pos: int) -> str:
         return body.encode("ascii", "backslashreplace").decode("unicode-escape")
     except Exception as exc:  # UnicodeDecodeError for a bad escape
         raise sc.fail(str(exc).split(":")[-1].strip(), pos) from exc
+
+
+class TokenStream:
+    def __init__(self, tokens: List[Token]):
+        self.tokens = tokens
+        self.i = 0
+
+    @property
+    def cur(self) -> Token:
+        return self.tokens[self.i]
+
+    def look(self) -> Token:
+        return self.tokens[min(self.i + 1, len(self.tokens) - 1)]
+
+    def next(self) -> Token:
+        tok = self.tokens[self.i]
+        if tok[0] != "eof":
+            self.i += 1
+        return tok
+
+    def is_op(self, op: str) -> bool:
+        tok = self.tokens[self.i]
+        return tok[0] == "op" and tok[1] == op
+
+    def is_name(self, name: str) -> bool:
+        tok = self.tokens[self.i]
+        return tok[0] == "name" and tok[1] == name
+
+    def skip_op(self, op: str) -> bool:
+        if self.is_op(op):
+            self.i += 1
+            return True
+        return False
+
+    def skip_name(self, name: str) -> bool:
+        if self.is_name(name):
+            self.i += 1
+            return True
+        return False
+
+    def fail(self, message: str, tok: Optional[Token] = None) -> TemplateError:
+        tok = tok or self.cur
+        return TemplateError(message, "syntax", tok[2], tok[3])
+
+    def expect(self, kind: str, value: Any = None) -> Token:
+        tok = self.cur
+        if tok[0] != kind or (value is not None and tok[1] != value):
+            want = value if value is not None else kind
+            got = "end of template" if tok[0] == "eof" else (tok[1] if tok[1] is not None else tok[0])
+            raise self.fail(f"expected {want!r}, got {got!r}")
+        return self.next()

@@ -6,7 +6,7 @@ expression, ``or``, ``and``, ``not``, comparisons (``== != < <= > >= in``, ``not
 (``.attr``, ``[item]``, ``[a:b:c]``, calls) and its filters/tests (``|f``, ``is t``),
 which bind tighter than any binary operator (``a ~ b|upper`` filters ``b`` only).
 
-Statements: ``if/elif/else``, ``for ... in ... [if ...] / else``, ``set`` (plain,
+Statements: ``if/elif/else``, ``for ... in ... [if ...] [recursive] / else``, ``set`` (plain,
 tuple, ``ns.attr``, block), ``macro``, ``call``, ``filter``, ``with``, ``break``,
 ``continue`` (transformers enables ``loopcontrols``), ``generation`` (transformers'
 tag; renders its body), ``raw`` (in the lexer).  Template inheritance and includes
@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-from .errors import TemplateError
-from .lexer import Token, tokenize
+from .lexer import TokenStream, tokenize
 from .statements import StatementParser
 
 
@@ -45,57 +44,6 @@ class Node:
 
 COMPARE_OPS = ("==", "!=", "<", "<=", ">", ">=")
 _TUPLE_END = ("variable_end", "block_end")
-
-
-class TokenStream:
-    def __init__(self, tokens: List[Token]):
-        self.tokens = tokens
-        self.i = 0
-
-    @property
-    def cur(self) -> Token:
-        return self.tokens[self.i]
-
-    def look(self) -> Token:
-        return self.tokens[min(self.i + 1, len(self.tokens) - 1)]
-
-    def next(self) -> Token:
-        tok = self.tokens[self.i]
-        if tok[0] != "eof":
-            self.i += 1
-        return tok
-
-    def is_op(self, op: str) -> bool:
-        tok = self.tokens[self.i]
-        return tok[0] == "op" and tok[1] == op
-
-    def is_name(self, name: str) -> bool:
-        tok = self.tokens[self.i]
-        return tok[0] == "name" and tok[1] == name
-
-    def skip_op(self, op: str) -> bool:
-        if self.is_op(op):
-            self.i += 1
-            return True
-        return False
-
-    def skip_name(self, name: str) -> bool:
-        if self.is_name(name):
-            self.i += 1
-            return True
-        return False
-
-    def fail(self, message: str, tok: Optional[Token] = None) -> TemplateError:
-        tok = tok or self.cur
-        return TemplateError(message, "syntax", tok[2], tok[3])
-
-    def expect(self, kind: str, value: Any = None) -> Token:
-        tok = self.cur
-        if tok[0] != kind or (value is not None and tok[1] != value):
-            want = value if value is not None else kind
-            got = "end of template" if tok[0] == "eof" else (tok[1] if tok[1] is not None else tok[0])
-            raise self.fail(f"expected {want!r}, got {got!r}")
-        return self.next()
 
 
 class Parser(StatementParser):

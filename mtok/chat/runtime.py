@@ -11,7 +11,7 @@ prints as nothing, is false, iterates as empty and has length 0, and any other u
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Iterator, List
 
 from .errors import TemplateError
 
@@ -87,17 +87,17 @@ def unsafe_attr(obj: Any, name: str) -> Undefined:
 class Namespace:
     """``namespace(...)``: the one object a template may assign attributes to."""
 
-    __slots__ = ("attrs",)
+    __slots__ = ("_attrs",)
 
     def __init__(*args: Any, **kwargs: Any):
         self, args = args[0], args[1:]
         attrs = dict(*args, **kwargs)
         for key in attrs:
             check_namespace_key(key)
-        object.__setattr__(self, "attrs", attrs)
+        object.__setattr__(self, "_attrs", attrs)
 
     def __repr__(self) -> str:
-        return f"<Namespace {self.attrs!r}>"
+        return f"<Namespace {self._attrs!r}>"
 
 
 def check_namespace_key(key: Any) -> None:
@@ -108,14 +108,15 @@ def check_namespace_key(key: Any) -> None:
 class LoopContext:
     """The ``loop`` variable of one ``for`` (the items are a list, so its length is known)."""
 
-    __slots__ = ("_items", "index0", "length", "depth0", "_last_changed")
+    __slots__ = ("_items", "index0", "length", "depth0", "_last_changed", "_recurse")
 
-    def __init__(self, items: List[Any], depth0: int = 0):
+    def __init__(self, items: List[Any], depth0: int = 0, recurse: Any = None):
         self._items = items
         self.index0 = -1
         self.length = len(items)
         self.depth0 = depth0
         self._last_changed: Any = _NOTHING
+        self._recurse = recurse  # a recursive loop's function of its items
 
     @property
     def index(self) -> int:
@@ -164,8 +165,11 @@ class LoopContext:
             return True
         return False
 
-    def __call__(self, *args: Any) -> Any:
-        raise TemplateError("Tried to call non recursive loop.  Maybe you forgot the 'recursive' modifier.", "type")
+    def __call__(self, iterable: Any) -> Any:
+        if self._recurse is None:
+            raise TemplateError("Tried to call non recursive loop.  Maybe you forgot the 'recursive' modifier.",
+                                "type")
+        return self._recurse(iterable, self.depth0 + 1)
 
     def __repr__(self) -> str:
         return f"<LoopContext {self.index}/{self.length}>"
@@ -177,25 +181,27 @@ _NOTHING = object()
 class Macro:
     """A ``{% macro %}`` (or a ``caller``): called with jinja2's argument rules, returns a string."""
 
-    __slots__ = ("name", "func", "args", "catch_kwargs", "catch_varargs", "caller", "rt")
+    # What a template may read is what jinja2's Macro shows: name, arguments, catch_kwargs,
+    # catch_varargs, caller; the function and the render's budget stay private.
+    __slots__ = ("name", "_func", "arguments", "catch_kwargs", "catch_varargs", "caller", "_rt")
 
     def __init__(self, name: str, func: Any, args: List[str], catch_kwargs: bool, catch_varargs: bool,
                  caller: bool, rt: Any):
         self.name = name
-        self.func = func
-        self.args = args
+        self._func = func
+        self.arguments = tuple(args)
         self.catch_kwargs = catch_kwargs
         self.catch_varargs = catch_varargs
         self.caller = caller
-        self.rt = rt
+        self._rt = rt
 
     def __call__(self, *args: Any, **kwargs: Any) -> str:
-        n = len(self.args)
+        n = len(self.arguments)
         values: List[Any] = list(args[:n])
-        for name in self.args[:len(values)]:
+        for name in self.arguments[:len(values)]:
             if name in kwargs:
                 raise TemplateError(f"macro {self.name!r} got multiple values for argument {name!r}", "type")
-        for name in self.args[len(values):]:
+        for name in self.arguments[len(values):]:
             values.append(kwargs.pop(name, _MISSING))
         if self.caller:
             caller = kwargs.pop("caller", None)
@@ -208,12 +214,12 @@ class Macro:
             values.append(tuple(args[n:]))
         elif len(args) > n:
             raise TemplateError(f"macro {self.name!r} takes not more than {n} argument(s)", "type")
-        rt = self.rt
+        rt = self._rt
         rt.depth += 1
         if rt.depth > rt.limits.max_depth:
             raise TemplateError(f"macros nested deeper than {rt.limits.max_depth} calls", "limit")
         try:
-            return self.func(*values)
+            return self._func(*values)
         finally:
             rt.depth -= 1
 
@@ -259,11 +265,3 @@ class Joiner:
             self.used = True
             return ""
         return self.sep
-
-
-def make_dict(*args: Any, **kwargs: Any) -> Dict[Any, Any]:
-    return dict(*args, **kwargs)
-
-
-def optional_undefined(value: Optional[Any]) -> Any:
-    return Undefined() if value is None else value

@@ -21,6 +21,7 @@ memory or time).
 
 from __future__ import annotations
 
+import re
 import string
 import types
 from collections import abc, deque
@@ -30,7 +31,7 @@ from _string import formatter_field_name_split  # the stdlib's own parser of "a.
 
 from .errors import TemplateError
 from .limits import MAX_OUTPUT
-from .runtime import Macro, Namespace, Undefined, undefined_attr, unsafe_attr
+from .runtime import Macro, Namespace, Undefined, check_namespace_key, undefined_attr, unsafe_attr
 
 _MUTATORS: Tuple[Tuple[Any, frozenset], ...] = (
     (abc.MutableSet, frozenset(["add", "clear", "difference_update", "discard", "pop", "remove",
@@ -47,7 +48,20 @@ _RUNNER_ATTRS = frozenset(["gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "c
 
 
 def is_safe_attribute(obj: Any, attr: str) -> bool:
-    """jinja2's ``ImmutableSandboxedEnvironment.is_safe_attribute``."""
+    """jinja2's ``ImmutableSandboxedEnvironment.is_safe_attribute`` (it depends on the type only)."""
+    key = (type(obj), attr)
+    safe = _SAFE.get(key)
+    if safe is None:
+        if len(_SAFE) > 4096:  # names can come from data (``x|attr(name)``): keep the cache bounded
+            _SAFE.clear()
+        safe = _SAFE[key] = _is_safe_attribute(obj, attr)
+    return safe
+
+
+_SAFE: dict = {}
+
+
+def _is_safe_attribute(obj: Any, attr: str) -> bool:
     if attr.startswith("_") or attr in _RUNNER_ATTRS or isinstance(obj, _FRAME_TYPES):
         return False
     if attr == "mro" and isinstance(obj, type):
@@ -75,10 +89,10 @@ def getattr_(obj: Any, name: str) -> Any:
         except KeyError:
             return undefined_attr(obj, name)
     if type(obj) is Namespace:
-        attrs = obj.attrs
+        attrs = obj._attrs
         return attrs[name] if name in attrs else undefined_attr(obj, name)
-    if type(obj) is Undefined:
-        return obj._fail()
+    if type(obj) is Undefined:  # only its real (dunder) attributes exist, and they are unsafe
+        return unsafe_attr(obj, name) if name[:2] == "__" and hasattr(obj, name) else obj._fail()
     try:
         value = getattr(obj, name)
     except AttributeError:
@@ -95,7 +109,7 @@ def getitem(obj: Any, key: Any) -> Any:
         return obj[key]
     except (TypeError, LookupError):
         if type(obj) is Namespace:
-            return obj.attrs[key] if key in obj.attrs else undefined_attr(obj, key)
+            return obj._attrs[key] if key in obj._attrs else undefined_attr(obj, key)
         if isinstance(key, str):
             try:
                 value = getattr(obj, key)
@@ -107,6 +121,11 @@ def getitem(obj: Any, key: Any) -> Any:
 
 
 class _Formatter(string.Formatter):
+    def format_field(self, value: Any, format_spec: str) -> Any:
+        if any(len(n) > 7 and int(n) > MAX_OUTPUT for n in re.findall(r"\d+", format_spec)):
+            raise _too_big(max(int(n) for n in re.findall(r"\d+", format_spec)))
+        return super().format_field(value, format_spec)
+
     def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
         first, rest = formatter_field_name_split(field_name)
         obj = self.get_value(first, args, kwargs)
@@ -156,6 +175,23 @@ def pow_(a: Any, b: Any) -> Any:
     return a ** b
 
 
+_PRINTF_SIZES = re.compile(r"%[-+ #0(]*(?:\(\w*\))?[-+ #0]*(\d*)(?:\.(\d*))?")
+
+
+def check_printf(fmt: str) -> None:
+    """Refuse a printf-style format whose width or precision alone passes the output limit."""
+    for width, precision in _PRINTF_SIZES.findall(fmt):
+        for n in (width, precision):
+            if n and len(n) > 7 and int(n) > MAX_OUTPUT:
+                raise _too_big(int(n))
+
+
+def mod(a: Any, b: Any) -> Any:
+    if isinstance(a, str):
+        check_printf(a)
+    return a % b
+
+
 def concat(*parts: Any) -> str:
     rv = "".join([p if type(p) is str else str(p) for p in parts])
     if len(rv) > MAX_OUTPUT:
@@ -163,9 +199,33 @@ def concat(*parts: Any) -> str:
     return rv
 
 
+def setns(ns: Any, attr: str, value: Any) -> None:
+    """``{% set ns.attr = value %}``: only a namespace takes assignments."""
+    if type(ns) is not Namespace:
+        raise TemplateError("cannot assign attribute on non-namespace object", "type")
+    check_namespace_key(attr)
+    ns._attrs[attr] = value
+
+
+def check_str_growth(text: str, name: str, args: Any) -> None:
+    """Refuse str methods that would build a string past the output limit (``'x'.ljust(10**9)``,
+    ``s.replace('x', big)``) before Python allocates it."""
+    if name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        grows = len(args[1]) - len(args[0])
+        if grows > 0 and len(text) + text.count(args[0]) * grows > MAX_OUTPUT:
+            raise _too_big(len(text) + text.count(args[0]) * grows)
+    elif any(isinstance(a, int) and a > MAX_OUTPUT for a in args) and name in _WIDTH_METHODS:
+        raise _too_big(max(a for a in args if isinstance(a, int)))
+
+
+_WIDTH_METHODS = frozenset(["center", "ljust", "rjust", "zfill", "expandtabs"])
+
+
 def call(obj: Any, *args: Any, **kwargs: Any) -> Any:
     """A call in a template: refuses what jinja2's sandbox refuses."""
     if type(obj) in _PLAIN_CALLABLES:
+        if type(getattr(obj, "__self__", None)) is str:
+            check_str_growth(obj.__self__, obj.__name__, args)
         return obj(*args, **kwargs)
     if getattr(obj, "unsafe_callable", False) or getattr(obj, "alters_data", False):
         raise TemplateError(f"{obj!r} is not safely callable", "security")

@@ -116,13 +116,13 @@ class StatementParser:
         self.s.expect("name", "in")
         iter_ = self.tuple(with_condexpr=False, extra_end=("recursive",))
         test = self.expression() if self.s.skip_name("if") else None
-        if self.s.skip_name("recursive"):
-            raise self.s.fail("recursive loops are not supported by mtok's engine")
+        recursive = self.s.skip_name("recursive")
         body = self.statements(("endfor", "else"))
         else_: List[Any] = []
         if self.s.next()[1] != "endfor":
             else_ = self.statements(("endfor",), drop_needle=True)
-        return _node("for", lineno, target=target, iter=iter_, test=test, body=body, else_=else_)
+        return _node("for", lineno, target=target, iter=iter_, test=test, body=body, else_=else_,
+                     recursive=recursive)
 
     def stmt_if(self) -> Any:
         lineno = self.s.next()[2]

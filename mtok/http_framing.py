@@ -1,0 +1,165 @@
+"""HTTP/1.1 message framing, read strictly (RFC 9112).
+
+Where a request's head ends and where its body ends must be decided exactly
+as every other hop would decide it, or the bytes of one request can be read
+as another (request smuggling).  So this reader refuses what lenient parsers
+guess at: bare LF or CR, whitespace before a header's colon, a Content-Length
+that is not plain ASCII digits, Content-Length together with
+Transfer-Encoding, a transfer coding other than a single final ``chunked``,
+and chunk sizes that are not 1*HEXDIG.  Every refusal is a :class:`FramingError`;
+the handler answers it and closes the connection, since the rest of the
+stream can no longer be trusted.
+
+Bodies are bounded by ``--max-request-bytes`` whatever their framing; for a
+chunked body the chunk-size lines and CRLFs count too, and the chunks are
+gathered in one buffer, so many tiny chunks cost no more memory than one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, Optional, Tuple
+
+from .validate import APIError
+
+MAX_HEADERS = 100
+MAX_LINE = 65536  # a request line or a header line
+MAX_CHUNK_LINE = 1024  # a chunk-size line, extensions included
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: a header name
+_DIGITS = re.compile(r"[0-9]{1,18}")
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+
+# Framings of a request body
+NO_BODY, LENGTH, CHUNKED = "none", "length", "chunked"
+
+
+class FramingError(APIError):
+    """The request's framing is broken or ambiguous: answer, then close."""
+
+
+class Headers(dict):
+    """Request headers, keys lower-cased; repeated headers joined with ', '."""
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return dict.get(self, key.lower(), default)
+
+
+def crlf_line(line: bytes, what: str) -> bytes:
+    """The line without its CRLF; a bare LF or CR anywhere is refused."""
+    if not line.endswith(b"\r\n") or b"\r" in line[:-2] or b"\n" in line[:-2]:
+        raise FramingError(f"{what} must end with CRLF and hold no bare CR or LF: {line[:100]!r}")
+    return line[:-2]
+
+
+def read_headers(rfile: Any) -> Headers:
+    headers = Headers()
+    while True:
+        raw = rfile.readline(MAX_LINE + 1)
+        if len(raw) > MAX_LINE:
+            raise FramingError("a header line is longer than 64 KiB", 431)
+        if not raw:
+            raise FramingError("the connection closed inside the request head")
+        line = crlf_line(raw, "a header line")
+        if not line:
+            return headers
+        if len(headers) >= MAX_HEADERS:
+            raise FramingError(f"more than {MAX_HEADERS} headers", 431)
+        name, sep, value = line.decode("iso-8859-1").partition(":")
+        if not sep or not _TOKEN.fullmatch(name):  # also refuses obs-fold and a space before ':'
+            raise FramingError(f"malformed header line {line[:100]!r}")
+        add_header(headers, name.lower(), value.strip(" \t"))
+
+
+def add_header(headers: Headers, name: str, value: str) -> None:
+    if name not in headers:
+        headers[name] = value
+    elif name in ("content-length", "host", "authorization"):
+        if headers[name] != value:  # two framings or two identities: refuse to pick one
+            raise FramingError(f"conflicting {name} headers")
+    else:
+        headers[name] = f"{headers[name]}, {value}"
+
+
+def tokens(value: str) -> list:
+    return [t.strip(" \t").lower() for t in value.split(",") if t.strip(" \t")]
+
+
+def body_framing(headers: Headers, version: str, limit: int) -> Tuple[str, int]:
+    """(framing, declared length) of the body, or a FramingError."""
+    te, cl = headers.get("transfer-encoding"), headers.get("content-length")
+    if te is not None:
+        if cl is not None:
+            raise FramingError("Content-Length and Transfer-Encoding together are ambiguous")
+        if version != "HTTP/1.1":
+            raise FramingError("Transfer-Encoding needs HTTP/1.1")
+        codings = tokens(te)
+        if not codings or codings[-1] != "chunked" or codings.count("chunked") > 1:
+            raise FramingError(f"Transfer-Encoding {te!r}: chunked must be the last coding, once")
+        if len(codings) > 1:
+            raise FramingError(f"Transfer-Encoding {te!r}: only chunked is supported", 501)
+        return CHUNKED, -1
+    if cl is None:
+        return NO_BODY, 0
+    if not _DIGITS.fullmatch(cl):
+        if re.fullmatch(r"[0-9]+", cl):
+            raise FramingError(f"request body of {len(cl)} digits exceeds the limit of {limit} bytes", 413)
+        raise FramingError(f"invalid Content-Length {cl[:40]!r}")
+    n = int(cl)
+    if n > limit:
+        raise FramingError(f"request body of {n} bytes exceeds the limit of {limit}", 413)
+    return (LENGTH, n) if n else (NO_BODY, 0)
+
+
+def read_exact(rfile: Any, n: int, expired: Any) -> bytes:
+    data = rfile.read(n)
+    if len(data) < n:
+        if expired():
+            raise FramingError("the request took too long to arrive", 408)
+        raise FramingError(f"request body ended after {len(data)} of {n} bytes")
+    return data
+
+
+def read_chunked(rfile: Any, limit: int, expired: Any) -> bytes:
+    """A chunked body into one buffer; every byte on the wire counts against ``limit``."""
+    body, wire = bytearray(), 0
+    while True:
+        raw = rfile.readline(MAX_CHUNK_LINE + 1)
+        wire += len(raw)
+        if not raw and expired():
+            raise FramingError("the request took too long to arrive", 408)
+        line = crlf_line(raw, "a chunk-size line")
+        size_field = line.split(b";", 1)[0]
+        if b";" in line:
+            size_field = size_field.rstrip(b" \t")  # BWS before a chunk extension
+        if not _HEX.fullmatch(size_field):
+            raise FramingError(f"malformed chunk size {size_field[:40]!r}")
+        size = int(size_field, 16)
+        if size == 0:
+            _skip_trailers(rfile)
+            return bytes(body)
+        wire += size + 2
+        if wire > limit:
+            raise FramingError(f"request body exceeds the limit of {limit} bytes (chunk framing included)", 413)
+        body += read_exact(rfile, size, expired)
+        if rfile.read(2) != b"\r\n":
+            raise FramingError("a chunk does not end with CRLF")
+
+
+def _skip_trailers(rfile: Any) -> None:
+    for _ in range(MAX_HEADERS + 1):
+        raw = rfile.readline(MAX_LINE + 1)
+        if not crlf_line(raw, "a trailer line"):
+            return
+    raise FramingError(f"more than {MAX_HEADERS} trailer lines", 431)
+
+
+def is_json_type(value: Optional[str]) -> bool:
+    """No Content-Type, application/json, or application/*+json (FastAPI's rule)."""
+    if not value:
+        return True
+    media = value.split(";", 1)[0].strip(" \t").lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def connection_options(headers: Dict[str, str]) -> list:
+    return tokens(headers.get("connection", ""))
