@@ -106,6 +106,8 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
 
     def _generate_result(self, st: ReqState) -> Dict[str, Any]:
         meta = self.meta_info(st)  # first: the receiver thread adds text and ids, then the finish
+        if self.args.skip_tokenizer_init:  # token ids out, no text (SGLang's BatchTokenIDOutput shape)
+            return {"output_ids": list(st.output_ids), "meta_info": meta}
         return {"text": st.text, "output_ids": list(st.output_ids), "meta_info": meta}
 
     def _generate_events(self, states: Iterator[ReqState], as_list: bool, incremental: bool) -> Iterator[Any]:
@@ -126,6 +128,8 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
                         meta[key] = _since(marks, key, meta[key])
                 event = {"text": _since(marks, "text", text), "output_ids": _since(marks, "ids", out_ids),
                          "meta_info": meta}
+                if self.args.skip_tokenizer_init:
+                    del event["text"]
             else:
                 event = self._generate_result(st)
             if as_list:
@@ -189,6 +193,9 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
         if not self.healthy():
             state = self.board.state.name.lower()
             return Response({"status": state, "message": self.tm.failure or f"server is {state}"}, 503)
+        problem = (read_metrics(self.board.extra(SCHEDULER_SLOT)) or {}).get("engine_problem")
+        if problem:  # an upstream engine is unreachable: the balancer should look elsewhere
+            return Response({"status": "engine_unavailable", "message": problem}, 503)
         return {"status": "ok"}
 
     @route("GET", "/health_generate")

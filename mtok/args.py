@@ -69,6 +69,7 @@ class ServerArgs:
     log_level: str = "info"
     strict_fields: bool = False
     incremental_streaming_output: bool = False
+    skip_tokenizer_init: bool = False
     cors_allow_origins: List[str] = field(default_factory=list)
     tool_call_parser: List[str] = field(default_factory=list)
     reasoning_parser: List[str] = field(default_factory=list)
@@ -155,6 +156,9 @@ class ServerArgs:
         a("--incremental-streaming-output", action="store_true",
           help="native streams send only what is new in each event: text, output_ids, output logprobs "
                "(default: cumulative, as SGLang)")
+        a("--skip-tokenizer-init", action="store_true",
+          help="token ids in (input_ids; text prompts and stop strings are 400s), token ids out (no text), "
+               "as SGLang's flag: lets one mtok front another (default: off)")
         a("--cors-allow-origins", nargs="*", default=[], metavar="ORIGIN",
           help="origins browsers may call from ('*' for any; default: none)")
         a("--tool-call-parser", action="append", default=[], metavar="[MODEL=]NAME",

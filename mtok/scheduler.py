@@ -20,7 +20,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 from .args import PortArgs, ServerArgs, read_args
 from .decoding import DecodeState, IncrementalDecoder, find_stop
-from .engines import EngineContext, capability_refusal, load_engine
+from .engines import EngineContext, EngineOutput, capability_refusal, load_engine
 from .io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
@@ -32,6 +32,7 @@ from .io_struct import (
     TokenizedGenerateReqInput,
 )
 from .ipc import Receiver, Sender
+from .scheduler_async import AsyncEngineSupport, has_health
 from .metrics import publish
 from .procutil import ChildBoot, exit_now, on_signal
 from .status import SCHEDULER_SLOT, StatusBoard
@@ -51,7 +52,7 @@ class Req:
     __slots__ = (
         "rid", "input_ids", "output_ids", "sampling_params", "http_worker_ipc", "model",
         "finished_reason", "new_ids", "decode", "checked", "stop_offset", "tail", "max_stop_len",
-        "logprobs", "lora_path", "new_logprobs",
+        "logprobs", "lora_path", "new_logprobs", "engine_finish", "engine_rows",
     )
 
     def __init__(self, msg: TokenizedGenerateReqInput):
@@ -72,6 +73,8 @@ class Req:
         self.logprobs = msg.logprobs
         self.lora_path = msg.lora_path
         self.new_logprobs: Optional[Dict[str, list]] = None  # since the last output, when logprobs are on
+        self.engine_finish: Optional[Dict[str, Any]] = None  # an asynchronous engine ended it (EngineOutput)
+        self.engine_rows: Optional[Any] = None  # this step's EngineOutput, for its logprob rows
 
 
 class ModelRuntime:
@@ -93,7 +96,7 @@ def by_model(reqs: Sequence[Any]) -> Dict[str, List[Any]]:
     return groups
 
 
-class Scheduler(LogprobSteps):
+class Scheduler(LogprobSteps, AsyncEngineSupport):
     def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes,
                  board: Optional[StatusBoard] = None):
         self.server_args = server_args
@@ -110,6 +113,8 @@ class Scheduler(LogprobSteps):
         self.pending_output: List[Req] = []  # refused or aborted since the last step
         self.embed_queue: List[TokenizedEmbeddingReqInput] = []
         self.step_delay = server_args.engine_step_delay
+        # an engine that can fall ill (an upstream) is asked now and then, even when idle
+        self.idle_timeout = 1.0 if any(has_health(rt.engine) for rt in self.models.values()) else None
         self.detokenizer_gone = False  # set once a send fails: its death is the supervisor's to handle
         # running plus waiting; past this a request is refused (503) at once
         self.capacity = server_args.max_running_requests + server_args.max_queued_requests
@@ -127,7 +132,7 @@ class Scheduler(LogprobSteps):
         next_step = 0.0
         while True:
             busy = bool(self.running or self.waiting)
-            timeout = max(0.0, next_step - time.monotonic()) if busy else None
+            timeout = max(0.0, next_step - time.monotonic()) if busy else self.idle_timeout
             for msg in self.recv_from_tokenizer.recv_all(timeout):
                 handler = self._dispatch.get(type(msg))
                 if handler is None:
@@ -161,11 +166,14 @@ class Scheduler(LogprobSteps):
 
     def publish_gauges(self) -> None:
         """The queue lengths, for /metrics; written only when they change."""
-        state = (len(self.running), len(self.waiting))
+        problem = self.engine_problem() if self.idle_timeout is not None else None
+        state = (len(self.running), len(self.waiting), problem)
         if self.board is not None and state != self._published:
             self._published = state
-            publish(self.board.extra(SCHEDULER_SLOT),
-                    {"gauges": {"num_requests_running": state[0], "num_requests_waiting": state[1]}})
+            snap: Dict[str, Any] = {"gauges": {"num_requests_running": state[0], "num_requests_waiting": state[1]}}
+            if problem is not None:
+                snap["engine_problem"] = problem  # /health reads it: 503 while set
+            publish(self.board.extra(SCHEDULER_SLOT), snap)
 
     # -- messages ------------------------------------------------------------------
     def handle_generate(self, msg: TokenizedGenerateReqInput) -> None:
@@ -270,7 +278,7 @@ class Scheduler(LogprobSteps):
         while self.waiting and len(self.running) < limit:
             req = self.waiting.popleft()
             self.models[req.model].engine.add_request(req)
-            if req.logprobs is not None:
+            if req.logprobs is not None and not self.models[req.model].engine.asynchronous:
                 self.prompt_logprobs(req)
                 if req.finished_reason is not None:
                     continue
@@ -283,12 +291,18 @@ class Scheduler(LogprobSteps):
             self.running.append(req)
         for name, group in by_model(self.running).items():
             self.step_model(self.models[name], group)
-        batch = [r for r in self.running if r.new_ids]
+        batch = [r for r in self.running if r.new_ids or r.engine_finish is not None]
         for req in batch:
-            if req.logprobs is not None:
+            if req.engine_rows is not None and req.logprobs is not None:
+                self.engine_logprobs(req, req.engine_rows)  # an asynchronous engine sent them with the tokens
+            elif req.logprobs is not None:
                 self.output_logprobs(req)
-        self.check_finished(batch)
-        self.running = []
+        self.check_finished([r for r in batch if r.new_ids])  # not those an engine ended with no new token
+        for req in batch:
+            if req.finished_reason is None and req.engine_finish is not None:
+                req.finished_reason = req.engine_finish
+        # an asynchronous engine may have had nothing for some: they stay as they are
+        self.running = [r for r in self.running if not (r.new_ids or r.engine_finish is not None)]
         for req in batch:
             if req.finished_reason is None:
                 self.running.append(req)
@@ -300,11 +314,13 @@ class Scheduler(LogprobSteps):
     def step_model(self, rt: ModelRuntime, group: List[Req]) -> None:
         """One engine step for one model's requests; a failing engine fails only them."""
         try:
-            tokens = rt.engine.step(group)
-            if len(tokens) != len(group):
-                raise RuntimeError(f"engine returned {len(tokens)} tokens for a batch of {len(group)}")
-            tokens = [operator.index(t) for t in tokens]  # numpy ints welcome, floats refused
-            bad = [t for t in tokens if not 0 <= t < rt.vocab_size]
+            outs = rt.engine.step(group)
+            if len(outs) != len(group):
+                raise RuntimeError(f"engine returned {len(outs)} tokens for a batch of {len(group)}")
+            outs = [o if isinstance(o, EngineOutput) else EngineOutput([o]) for o in outs]
+            for o in outs:
+                o.ids = [operator.index(t) for t in o.ids]  # numpy ints welcome, floats refused
+            bad = [t for o in outs for t in o.ids if not 0 <= t < rt.vocab_size]
             if bad:  # an engine's bug must not reach the detokenizer as text
                 raise RuntimeError(f"engine returned token ids outside the vocabulary: {bad[:5]}")
         except NotImplementedError as e:  # e.g. an embedding model asked to generate
@@ -316,24 +332,35 @@ class Scheduler(LogprobSteps):
             for req in group:
                 self.abort(req, abort_reason(f"engine error: {type(e).__name__}: {e}", 500))
             return
-        for req, tok in zip(group, tokens):
-            req.output_ids.append(tok)
-            req.new_ids = [tok]
+        for req, out in zip(group, outs):
+            req.output_ids.extend(out.ids)
+            req.new_ids = out.ids
+            req.engine_finish = out.finish
+            req.engine_rows = out if rt.engine.asynchronous else None
 
     def check_finished(self, batch: Sequence[Req]) -> None:
         with_stops = []
         for req in batch:
-            sp, tok = req.sampling_params, req.output_ids[-1]
-            n = len(req.output_ids)
-            if n >= sp.min_new_tokens:
-                if tok in sp.stop_token_ids or (not sp.ignore_eos and tok in self.models[req.model].eos_ids):
+            # this step's tokens: several when an asynchronous engine sent them (new_ids), else the last one
+            new_ids = req.new_ids if len(req.new_ids) > 1 else req.output_ids[-1:]
+            sp = req.sampling_params
+            base = len(req.output_ids) - len(new_ids)
+            for k, tok in enumerate(new_ids):
+                n = base + k + 1
+                if n >= sp.min_new_tokens and (
+                        tok in sp.stop_token_ids or (not sp.ignore_eos and tok in self.models[req.model].eos_ids)):
                     req.finished_reason = {"type": "stop", "matched": tok}
-                    continue
-            if req.decode is not None:
-                req.decode.ids.append(tok)
-                with_stops.append(req)
-            if n >= sp.max_new_tokens:
-                req.finished_reason = {"type": "length", "length": n}
+                elif n >= sp.max_new_tokens:
+                    req.finished_reason = {"type": "length", "length": n}
+                if req.finished_reason is not None:
+                    self._cut(req, k + 1)
+                    break
+            if req.decode is not None and (req.finished_reason is None or req.finished_reason["type"] == "length"):
+                if len(req.new_ids) > 1:
+                    self.stop_strings_one_by_one(req)
+                else:
+                    req.decode.ids.extend(new_ids)
+                    with_stops.append(req)
         for name, group in by_model(with_stops).items():
             final = [r.finished_reason is not None for r in group]
             new_texts = self.models[name].decoder.step([r.decode for r in group], final)

@@ -158,6 +158,7 @@ class TokenizerManager:
     # -- requests ------------------------------------------------------------------
     def tokenize_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> List[TokenizedGenerateReqInput]:
         model = self.model(obj.model)
+        self.check_skip_tokenizer_init(obj)
         args = self.server_args
         if not obj.rid_is_ours:
             check_client_rids(obj.rid if isinstance(obj.rid, list) else [obj.rid] if obj.rid else None)
@@ -195,6 +196,17 @@ class TokenizerManager:
                                                      model=model.name, logprobs=obj.logprobs,
                                                      lora_path=obj.lora_path))
         return out
+
+    def check_skip_tokenizer_init(self, obj: GenerateReqInput) -> None:
+        """With --skip-tokenizer-init there is no text on either side (as in SGLang,
+        tokenizer_manager.py: "cannot accept text prompts"): text and stop strings are 400s."""
+        if not self.server_args.skip_tokenizer_init:
+            return
+        if obj.text is not None:
+            raise bad("this server runs with --skip-tokenizer-init: give 'input_ids', not text", "text")
+        if any(obj.params_at(i).stop for i in range(obj.batch_size)):
+            raise bad("this server runs with --skip-tokenizer-init: it cannot match stop strings; "
+                      "use 'stop_token_ids'", "stop")
 
     def assign_rids(self, obj: GenerateReqInput) -> str:
         """Give ``obj`` one rid per prompt when the client gave none, and return the

@@ -20,6 +20,7 @@ COMMANDS = {
     "offline": ("mtok.bench.offline", "one batch through mtok.Engine beside the same prompts over HTTP"),
     "chat": ("mtok.bench.chat", "chat template render time: mtok's Jinja engine beside jinja2"),
     "parsers": ("mtok.bench.parsers", "tool-call and reasoning parsing per streamed chunk vs one parse"),
+    "upstream": ("mtok.bench.upstream", "what mtok in front of an upstream engine adds, per request and per streamed token"),
 }
 
 

@@ -22,6 +22,22 @@ lacks -- a constraint is never dropped silently.  An engine with
 requests); with ``lora`` it reads ``req.lora_path``; with ``regex`` /
 ``json_schema`` / ``ebnf`` / ``structural_tag`` / ``logit_bias`` it reads
 those fields of ``req.sampling_params``.
+
+**Asynchronous engines.** An engine that batches on its own -- an upstream
+server streaming tokens when it has them (:mod:`mtok.engines.upstream`) --
+sets ``asynchronous = True``.  Its :meth:`Engine.step` then answers, per
+request, an :class:`EngineOutput` (or a plain int, as a synchronous engine
+does): zero, one or several new token ids, the upstream's own finish reason
+(``{"type": "stop", "matched": ...}``, ``{"type": "length", ...}`` or an abort
+with a ``status_code`` and ``message``), and the logprob rows of those ids and,
+once, of the prompt, since they arrive with the tokens rather than on demand
+(:meth:`Engine.logprobs` is not called).  Its step should wait briefly (a few
+milliseconds) for tokens rather than return at once, so the scheduler does not
+spin.  The scheduler still enforces stop tokens, eos, stop strings and
+``max_new_tokens`` on what arrives, and calls :meth:`Engine.finish_request`
+when it ends a request first: that is the cancel hook (an upstream adapter
+closes the request's connection there).  :meth:`Engine.health` says whether
+the engine can serve (None) or why not; ``/health`` answers 503 with it.
 """
 
 from __future__ import annotations
@@ -30,8 +46,8 @@ import importlib
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
-from typing import Any, FrozenSet, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 CAPABILITIES = frozenset((
     "logprobs", "top_logprobs", "token_ids_logprob", "prefill_only", "n", "flush_cache", "lora",
@@ -50,10 +66,21 @@ class EngineContext:
     options: Optional[dict] = None
 
 
+@dataclass
+class EngineOutput:
+    """What an asynchronous engine has for one request in one step."""
+
+    ids: List[int] = field(default_factory=list)
+    finish: Optional[Dict[str, Any]] = None  # the engine's own finish reason, if it ended the request
+    logprobs: Optional[List[PositionLogprobs]] = None  # one row per id, when the request asked
+    input_logprobs: Optional[List[Optional[PositionLogprobs]]] = None  # the prompt's, from start_len; once
+
+
 class Engine:
     """Base class with no-op hooks; subclasses implement :meth:`step`."""
 
     capabilities: FrozenSet[str] = frozenset()
+    asynchronous: bool = False
 
     def __init__(self, ctx: EngineContext):
         self.ctx = ctx
@@ -81,6 +108,10 @@ class Engine:
     def flush_cache(self) -> None:
         """With ``flush_cache``: drop whatever is cached (prefixes, KV blocks)."""
         raise NotImplementedError
+
+    def health(self) -> Optional[str]:
+        """None when the engine can serve; otherwise why not (``/health`` says 503)."""
+        return None
 
 
 def capability_refusal(engine: Any, req: Any) -> Optional[Tuple[str, str]]:
@@ -117,6 +148,11 @@ def missing_capability(engine: Any, req: Any) -> Optional[Tuple[str, str]]:
 BUILTIN = {
     "echo": "mtok.engines.echo:EchoEngine",
 }
+# ``sglang:http://HOST:PORT`` and ``vllm:http://HOST:PORT``: an upstream server
+UPSTREAMS = {
+    "sglang": "mtok.engines.sglang_http:SGLangEngine",
+    "vllm": "mtok.engines.vllm_http:VLLMEngine",
+}
 
 
 def _import(module: str) -> Any:
@@ -133,8 +169,13 @@ def _import(module: str) -> Any:
 
 
 def load_engine(spec: str, ctx: EngineContext) -> Engine:
-    """``echo``, ``package.module:attr`` or ``path/to/file.py:attr``, where attr is
-    an Engine class or a factory taking an EngineContext."""
+    """``echo``, ``sglang:URL``, ``vllm:URL``, ``package.module:attr`` or
+    ``path/to/file.py:attr``, where attr is an Engine class or a factory taking
+    an EngineContext (an upstream's URL reaches it as ``ctx.options["url"]``)."""
+    kind, colon, url = spec.partition(":")
+    if colon and kind in UPSTREAMS and url.startswith(("http://", "https://")):
+        spec, ctx = UPSTREAMS[kind], EngineContext(ctx.model_name, ctx.tokenizer, ctx.step_delay,
+                                                   dict(ctx.options or {}, url=url))
     target = BUILTIN.get(spec, spec)
     module_name, sep, attr = target.rpartition(":")
     if not sep or not module_name or not attr:

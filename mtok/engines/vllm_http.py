@@ -1,0 +1,120 @@
+"""``--engine vllm:http://HOST:PORT``: a vLLM server behind mtok, token ids
+in and out.
+
+What vLLM 0.33 offers for this, and the choice: its OpenAI routes take a
+prompt as a token-id list and give ids back with ``return_token_ids``, but they
+still detokenize, apply their own stop-string logic and wrap everything in
+OpenAI shapes mtok would only unwrap.  The token-in/token-out route
+``POST /inference/v1/generate``
+(``entrypoints/scale_out/token_in_token_out/api_router.py`` line ~46; served
+when vLLM runs with ``--enable-scale-out``, else a 403 that mtok reports as a
+502, ``scale_out/factories.py`` ~line 100) is the direct one: ``token_ids``
+and a ``sampling_params`` object in, and, streamed,
+per choice only the **new** ``token_ids`` of each step (``serving.py``
+``serve_tokens_stream_generator``, ~line 684: ``delta_token_ids =
+output.token_ids``), ``finish_reason`` (``"stop"``, ``"length"``, ``"abort"``)
+with ``stop_reason`` (the stop token id or string), and ``logprobs.content[]``
+of ``{token_id, logprob, rank, top_logprobs}`` where ``top_logprobs`` holds the
+sampled token first and then the top k (``_create_tokens_logprobs``, ~line 876),
+so mtok sorts and cuts it to the k asked for.  We send ``output_mode: "tokens"``;
+it also works on a server started with ``--skip-tokenizer-init`` or
+``--tokens-only``, which refuse stop strings (serving.py ~line 222): mtok
+never sends them, it matches them itself and cuts the stream.
+
+Not offered by that stream: prompt logprobs ("the stream schema has no field
+for the scores", ~line 217) and logprobs of chosen token ids, so a request that
+asks for them gets a 400 naming the field.  ``n`` is expanded by mtok.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from .upstream import Flight, UpstreamEngine, upstream_abort
+
+# mtok name -> vLLM SamplingParams name, sent when not at mtok's default
+RENAMED = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "temperature": "temperature",
+           "top_p": "top_p", "min_p": "min_p", "frequency_penalty": "frequency_penalty",
+           "presence_penalty": "presence_penalty", "repetition_penalty": "repetition_penalty", "seed": "seed",
+           "ignore_eos": "ignore_eos"}
+# mtok constraint -> vLLM's structured_outputs key
+STRUCTURED = {"regex": "regex", "json_schema": "json", "ebnf": "grammar", "structural_tag": "structural_tag"}
+
+
+def sampling_body(sp: Any, top_n: Optional[int]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {theirs: getattr(sp, mine) for mine, theirs in RENAMED.items()
+                           if getattr(sp, mine) is not None}
+    if sp.top_k > 0:
+        out["top_k"] = sp.top_k
+    if sp.stop_token_ids:
+        out["stop_token_ids"] = list(sp.stop_token_ids)
+    if sp.logit_bias:
+        out["logit_bias"] = {int(k): v for k, v in sp.logit_bias.items()}
+    structured = {theirs: getattr(sp, mine) for mine, theirs in STRUCTURED.items() if getattr(sp, mine) is not None}
+    if structured:
+        out["structured_outputs"] = structured
+    if top_n is not None:
+        out["logprobs"] = top_n
+    out["detokenize"] = False
+    return out
+
+
+class VLLMEngine(UpstreamEngine):
+    capabilities = frozenset(("logprobs", "top_logprobs", "n", "regex", "json_schema", "ebnf", "structural_tag",
+                              "logit_bias"))
+    generate_path = "/inference/v1/generate"
+    health_path = "/health"
+
+    def add_request(self, req: Any) -> None:
+        lp = req.logprobs
+        if lp is None or not 0 <= lp.start_len < len(req.input_ids):
+            super().add_request(req)
+            return
+        flight = Flight(req)  # never sent: answered at once
+        flight.finish = {"type": "abort", "status_code": 400, "param": "logprob_start_len",
+                         "message": "prompt logprobs are not available from a vLLM upstream's token stream"}
+        with self.cond:
+            self.flights[req.rid] = flight
+
+    def request_body(self, req: Any) -> Dict[str, Any]:
+        top_n = req.logprobs.top_n if req.logprobs is not None else None
+        return {"token_ids": list(req.input_ids), "sampling_params": sampling_body(req.sampling_params, top_n),
+                "stream": True, "output_mode": "tokens"}
+
+    def parse_event(self, flight: Flight, event: Dict[str, Any]) -> Tuple[List[int], List[Any], Optional[list],
+                                                                          Optional[Dict[str, Any]]]:
+        if "error" in event:
+            err = event["error"] if isinstance(event["error"], dict) else {"message": event["error"]}
+            code = err.get("code")
+            status = code if isinstance(code, int) and 400 <= code < 500 else 502
+            return [], [], None, upstream_abort(status, str(err.get("message")))
+        ids: List[int] = []
+        rows: List[Any] = []
+        finish = None
+        for choice in event.get("choices") or ():
+            ids += choice.get("token_ids") or []
+            if flight.req.logprobs is not None:
+                content = (choice.get("logprobs") or {}).get("content") or []
+                rows += [self._row(c, flight.req.logprobs.top_n) for c in content]
+            finish = self._finish(choice.get("finish_reason"), choice.get("stop_reason"), flight.seen + len(ids)) \
+                or finish
+        return ids, rows, None, finish
+
+    @staticmethod
+    def _row(content: Dict[str, Any], top_n: int) -> Tuple[float, list, None]:
+        """The sampled token's logprob and the ``top_n`` best (vLLM lists the sampled one first)."""
+        best: Dict[int, float] = {}
+        for t in content.get("top_logprobs") or ():
+            best.setdefault(t["token_id"], t["logprob"])
+        top = sorted(((lp, t) for t, lp in best.items()), key=lambda p: (-p[0], p[1]))[:top_n]
+        return content["logprob"], top, None
+
+    @staticmethod
+    def _finish(reason: Optional[str], stop_reason: Any, length: int) -> Optional[Dict[str, Any]]:
+        if reason is None:
+            return None
+        if reason == "length":
+            return {"type": "length", "length": length}
+        if reason == "stop":
+            return {"type": "stop", "matched": stop_reason}  # None: the model's eos
+        return upstream_abort(502, f"finished with {reason!r}" + (f" ({stop_reason})" if stop_reason else ""))

@@ -1,0 +1,86 @@
+"""``--engine vllm:URL`` against a stand-in answering as vLLM 0.33's token-in/
+token-out ``/inference/v1/generate`` does (tests/upstream_standin.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import wait_for
+from test_upstream_sglang import serving, tokenize
+from upstream_standin import VLLMStandIn, lp
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def standin():
+    s = VLLMStandIn()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def front(standin):
+    with serving("--engine", f"vllm:{standin.url}?max_connections=4&timeout=3", "--tokenizer-worker-num", "2") as s:
+        yield s
+
+
+@pytest.fixture(autouse=True)
+def reset(standin):
+    standin.behaviour.clear()
+    standin.seen.clear()
+
+
+@pytest.mark.fast
+def test_generate_and_fields(front, standin):
+    ids = tokenize(front, "Hello there")
+    sp = {"max_new_tokens": 5, "temperature": 0.5, "top_k": 3, "seed": 7, "stop_token_ids": [1], "stop": ["zzz"],
+          "regex": "[a-z]+"}
+    status, body = front.post("/generate", {"text": "Hello there", "sampling_params": sp})
+    assert status == 200, body
+    assert body["output_ids"] == [ids[p % len(ids)] for p in range(5)]
+    sent = standin.seen[-1]
+    assert sent["token_ids"] == ids and sent["stream"] is True and sent["output_mode"] == "tokens"
+    got = sent["sampling_params"]
+    assert (got["max_tokens"], got["temperature"], got["top_k"], got["seed"], got["stop_token_ids"]) == (5, 0.5, 3, 7, [1])
+    assert got["structured_outputs"] == {"regex": "[a-z]+"} and "stop" not in got
+    events = front.stream("/v1/completions", {"prompt": "Hello there", "max_tokens": 5, "stream": True})
+    text = "".join(e["choices"][0]["text"] for e in events[:-1] if e["choices"])
+    assert text == body["text"]
+
+
+@pytest.mark.fast
+def test_stop_token_logprobs_and_refusals(front, standin):
+    status, body = front.post("/generate", {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 9,
+                                                                                        "stop_token_ids": [7]}})
+    assert status == 200 and body["output_ids"] == [5, 6, 7], body
+    assert body["meta_info"]["finish_reason"] == {"type": "stop", "matched": 7}
+    status, body = front.post("/generate", {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 3},
+                                            "return_logprob": True, "top_logprobs_num": 2})
+    assert status == 200, body
+    meta = body["meta_info"]
+    assert [r[:2] for r in meta["output_token_logprobs"]] == [[lp(0), 5], [lp(1), 6], [lp(2), 5]]
+    assert [[t[:2] for t in row] for row in meta["output_top_logprobs"]][1] == [[lp(1), 6], [lp(1) - 1, 7]]
+    assert standin.seen[-1]["sampling_params"]["logprobs"] == 2
+    status, body = front.post("/generate", {"input_ids": [5, 6], "return_logprob": True, "logprob_start_len": 0})
+    assert status == 400 and body["error"]["param"] == "logprob_start_len", body
+    status, body = front.post("/generate", {"input_ids": [5, 6], "return_logprob": True, "token_ids_logprob": [3]})
+    assert status == 400 and body["error"]["param"] == "token_ids_logprob", body
+
+
+@pytest.mark.fast
+def test_errors_and_cancel(front, standin):
+    standin.behaviour.update(status=500, message="engine dead")
+    status, body = front.post("/generate", {"input_ids": [5], "sampling_params": {"max_new_tokens": 2}})
+    assert status == 502 and "engine dead" in body["error"]["message"]
+    standin.behaviour.update(status=403, message="Scale-out endpoints are disabled")
+    status, body = front.post("/generate", {"input_ids": [5], "sampling_params": {"max_new_tokens": 2}})
+    assert status == 502 and "--enable-scale-out" not in body["error"]["message"]
+    assert "Scale-out endpoints are disabled" in body["error"]["message"]
+    standin.behaviour.clear()
+    standin.behaviour["delay"] = 0.05
+    before = standin.cancelled
+    status, body = front.post("/generate", {"text": "ab cd ef", "sampling_params": {"max_new_tokens": 200,
+                                                                                   "stop": ["cd"]}})
+    assert status == 200 and body["text"] == "ab ", body
+    wait_for(lambda: standin.cancelled > before, 10, what="the upstream stream to be cut")
