@@ -13,7 +13,6 @@ import signal
 import socket
 import threading
 import time
-from typing import Optional
 
 import pytest
 
@@ -21,15 +20,6 @@ from conftest import Server, free_port, wait_for
 
 def num_running(srv) -> int:
     return srv.info()["scheduler"]["num_running"]
-
-
-def polled_num_running(srv) -> Optional[int]:
-    """``num_running``, or None when the poll's own connection fails."""
-    try:
-        return num_running(srv)
-    except ConnectionError:
-        return None
-
 
 # -- 2: a stalled worker is slow, not dead ----------------------------------------------
 def conns_by_worker(srv, per_worker: int = 1, workers: int = 2, deadline: float = 30.0):
@@ -54,7 +44,10 @@ def conns_by_worker(srv, per_worker: int = 1, workers: int = 2, deadline: float 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_stopped_worker_gets_every_result_after_it_resumes():
-    srv = Server("--tokenizer-worker-num", "2")
+    # The stall may outlast the default --worker-timeout on a slow machine; this
+    # test is about a worker the supervisor still counts alive, so give it longer
+    # (otherwise the supervisor rightly kills the stopped worker and replaces it).
+    srv = Server("--tokenizer-worker-num", "2", "--worker-timeout", "600")
     try:
         conns = conns_by_worker(srv, per_worker=10)
         victim = next(iter(conns))
@@ -75,9 +68,7 @@ def test_a_stopped_worker_gets_every_result_after_it_resumes():
         try:
             # The scheduler finishes them all while the worker sleeps: 12000
             # steps, more messages than the old 10000-message queue allowed.
-            # One CI-like run under heavy load saw a poll connection reset while a
-            # worker was stopped (cause not found); a poll that fails is polled again.
-            wait_for(lambda: polled_num_running(srv) == 0, timeout=200, interval=0.2, what="the batch to finish")
+            wait_for(lambda: num_running(srv) == 0, timeout=200, interval=0.2, what="the batch to finish")
         finally:
             os.kill(victim, signal.SIGCONT)
         for t in threads:
