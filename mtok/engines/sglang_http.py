@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from .upstream import Flight, UpstreamEngine, upstream_abort
+from .upstream import Flight, UpstreamEngine, error_event_abort, upstream_abort
 
 # mtok's SamplingParams fields that go upstream under the same name when not at their default
 FORWARDED = ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
@@ -84,10 +84,7 @@ class SGLangEngine(UpstreamEngine):
     def parse_event(self, flight: Flight, event: Dict[str, Any]) -> Tuple[List[int], List[Any], Optional[list],
                                                                           Optional[Dict[str, Any]]]:
         if "error" in event:
-            err = event["error"] if isinstance(event["error"], dict) else {"message": event["error"]}
-            code = err.get("code")
-            status = code if isinstance(code, int) and 400 <= code < 500 else 502
-            return [], [], None, upstream_abort(status, str(err.get("message")))
+            return [], [], None, error_event_abort(event["error"])
         meta = event.get("meta_info") or {}
         ids = event.get("output_ids") or []
         total = meta.get("completion_tokens", len(ids))  # absent: assume cumulative

@@ -57,6 +57,15 @@ def upstream_abort(status: int, message: str) -> Dict[str, Any]:
     return {"type": "abort", "message": f"upstream: {message}", "status_code": status}
 
 
+def error_event_abort(error: Any) -> Dict[str, Any]:
+    """The finish for an ``{"error": ...}`` event in an upstream's stream (SGLang's
+    and vLLM's share the shape): its 4xx code if it gives one, else 502."""
+    err = error if isinstance(error, dict) else {"message": error}
+    code = err.get("code")
+    status = code if isinstance(code, int) and 400 <= code < 500 else 502
+    return upstream_abort(status, str(err.get("message")))
+
+
 def status_for(upstream_status: int) -> int:
     """The status mtok answers for an upstream's HTTP error status."""
     if upstream_status in (408, 504):

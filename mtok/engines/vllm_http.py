@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from .upstream import Flight, UpstreamEngine, upstream_abort
+from .upstream import Flight, UpstreamEngine, error_event_abort, upstream_abort
 
 # mtok name -> vLLM SamplingParams name, sent when not at mtok's default
 RENAMED = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "temperature": "temperature",
@@ -84,10 +84,7 @@ class VLLMEngine(UpstreamEngine):
     def parse_event(self, flight: Flight, event: Dict[str, Any]) -> Tuple[List[int], List[Any], Optional[list],
                                                                           Optional[Dict[str, Any]]]:
         if "error" in event:
-            err = event["error"] if isinstance(event["error"], dict) else {"message": event["error"]}
-            code = err.get("code")
-            status = code if isinstance(code, int) and 400 <= code < 500 else 502
-            return [], [], None, upstream_abort(status, str(err.get("message")))
+            return [], [], None, error_event_abort(event["error"])
         ids: List[int] = []
         rows: List[Any] = []
         finish = None
