@@ -21,6 +21,14 @@ from conftest import Server, free_port, wait_for
 def num_running(srv) -> int:
     return srv.info()["scheduler"]["num_running"]
 
+
+def num_running_via(conn) -> int:
+    """The same count asked over one kept-alive connection: with a worker stopped,
+    a fresh connection may land on it (the shared socket picks) and hang."""
+    conn.request("GET", "/get_server_info")
+    r = conn.getresponse()
+    return json.loads(r.read())["scheduler"]["num_running"]
+
 # -- 2: a stalled worker is slow, not dead ----------------------------------------------
 def conns_by_worker(srv, per_worker: int = 1, workers: int = 2, deadline: float = 30.0):
     """``per_worker`` kept-alive connections to each worker, by pid (a shared
@@ -49,8 +57,10 @@ def test_a_stopped_worker_gets_every_result_after_it_resumes():
     # (otherwise the supervisor rightly kills the stopped worker and replaces it).
     srv = Server("--tokenizer-worker-num", "2", "--worker-timeout", "600")
     try:
-        conns = conns_by_worker(srv, per_worker=10)
-        victim = next(iter(conns))
+        conns = conns_by_worker(srv, per_worker=11)
+        victim, bystander = list(conns)
+        probe = conns[bystander].pop()  # asks the worker that keeps running
+        conns[victim].pop().close()
         prompt = "tok " * 50
         body = json.dumps({"text": prompt, "sampling_params": {"max_new_tokens": 12000, "ignore_eos": True}})
         results = {}
@@ -63,12 +73,12 @@ def test_a_stopped_worker_gets_every_result_after_it_resumes():
         threads = [threading.Thread(target=one, args=(pid, i, c)) for pid, cs in conns.items() for i, c in enumerate(cs)]
         for t in threads:
             t.start()
-        wait_for(lambda: num_running(srv) == 20, timeout=30, what="20 requests running")
+        wait_for(lambda: num_running_via(probe) == 20, timeout=30, what="20 requests running")
         os.kill(victim, signal.SIGSTOP)
         try:
             # The scheduler finishes them all while the worker sleeps: 12000
             # steps, more messages than the old 10000-message queue allowed.
-            wait_for(lambda: num_running(srv) == 0, timeout=200, interval=0.2, what="the batch to finish")
+            wait_for(lambda: num_running_via(probe) == 0, timeout=200, interval=0.2, what="the batch to finish")
         finally:
             os.kill(victim, signal.SIGCONT)
         for t in threads:
