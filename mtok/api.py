@@ -29,10 +29,8 @@ from .validate import APIError, bad, check_unknown, get_bool, get_str, require_o
 
 
 def finish_reason(st: ReqState) -> Optional[Dict[str, Any]]:
-    """The finish reason as clients see it (internal fields dropped)."""
-    if st.finished_reason is None:
-        return None
-    return {k: v for k, v in st.finished_reason.items() if k not in ("status_code", "param")}
+    """SGLang's ``meta_info["finish_reason"]``: None until the request finishes."""
+    return None if st.finished_reason is None else st.finished_reason.to_json()
 
 
 class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):

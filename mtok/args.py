@@ -268,23 +268,27 @@ def resolve_api_key(flag: Optional[str], path: Optional[str]) -> Optional[str]:
 
 @dataclass
 class PortArgs:
-    """The IPC names of the fixed endpoints; worker names are made per process."""
+    """The address of each fixed endpoint, named by the role of its reader.
+
+    A worker's own address (``worker_address``) is made per process by the
+    arbiter; messages carry it so that replies find their way back.
+    """
 
     sock_dir: str
-    scheduler_input_ipc_name: str = ""
-    detokenizer_ipc_name: str = ""
-    tokenizer_ipc_name: str = ""
-    tokenizer_worker_ipc_name: str = ""
+    scheduler_inbox: str = ""  # requests for the Scheduler (from the TokenizerManager or the router)
+    detokenizer_inbox: str = ""  # the Scheduler's token-id batches
+    reply_inbox: str = ""  # the detokenizer's replies: the TokenizerManager's with one worker, the router's with several
+    router_inbox: str = ""  # what the N workers send on to the Scheduler
     status_name: str = ""  # the status board: a shared-memory name, or a file path
 
     @classmethod
     def in_dir(cls, sock_dir: str, status_name: str = "") -> "PortArgs":
         return cls(
             sock_dir=sock_dir,
-            scheduler_input_ipc_name=ipc_name(sock_dir, "scheduler"),
-            detokenizer_ipc_name=ipc_name(sock_dir, "detokenizer"),
-            tokenizer_ipc_name=ipc_name(sock_dir, "tokenizer"),
-            tokenizer_worker_ipc_name=ipc_name(sock_dir, "router"),
+            scheduler_inbox=ipc_name(sock_dir, "scheduler"),
+            detokenizer_inbox=ipc_name(sock_dir, "detokenizer"),
+            reply_inbox=ipc_name(sock_dir, "replies"),
+            router_inbox=ipc_name(sock_dir, "router"),
             status_name=status_name or os.path.join(sock_dir, "status"),
         )
 

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .args import PortArgs, ServerArgs, read_args
 from .decoding import DecodeState, IncrementalDecoder, stop_holdback
+from .finish import FinishReason, FinishStop
 from .io_struct import AbortReq, BaseBatchReq, BatchStrOutput, BatchTokenIDOutput, group_by_worker
 from .ipc import Receiver, Sender
 from .socket_mapping import SocketMapping
@@ -71,8 +72,8 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
         # Only running requests have state, so more than this means state that
         # outlived its request; the least recently advanced goes first.
         self.max_states = 2 * server_args.max_running_requests + 64
-        self.recv_from_scheduler = Receiver(port_args.detokenizer_ipc_name, authkey)
-        self.send_to_tokenizer = Sender(port_args.tokenizer_ipc_name, authkey)
+        self.recv_from_scheduler = Receiver(port_args.detokenizer_inbox, authkey)
+        self.send_to_tokenizer = Sender(port_args.reply_inbox, authkey)
 
     def event_loop(self) -> None:
         while True:
@@ -92,7 +93,7 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
     def handle_batch_token_id_out(self, recv: BatchTokenIDOutput) -> BatchStrOutput:
         states: List[DecodeStatus] = []
         finals: List[bool] = []
-        workers = recv.http_worker_ipcs or [None] * len(recv.rids)
+        workers = recv.worker_addresses or [None] * len(recv.rids)
         for i, rid in enumerate(recv.rids):
             key = (workers[i], rid)
             st = self.states.pop(key, None)
@@ -116,7 +117,7 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
 
         out = BatchStrOutput(
             rids=recv.rids,
-            http_worker_ipcs=recv.http_worker_ipcs,
+            worker_addresses=recv.worker_addresses,
             finished_reasons=recv.finished_reasons,
             output_ids=recv.decode_ids,
             prompt_tokens=recv.prompt_tokens,
@@ -211,16 +212,9 @@ def _triples(rows: list, texts: Optional[Dict[int, str]]) -> list:
     return [None if r is None else one(r) if isinstance(r, tuple) else [one(p) for p in r] for r in rows]
 
 
-def _trims_stop_token(reason: Dict[str, Any], ids: List[int], no_stop_trim: bool) -> bool:
+def _trims_stop_token(reason: FinishReason, ids: List[int], no_stop_trim: bool) -> bool:
     """A matched stop token (or eos) is not part of the text unless no_stop_trim."""
-    matched = reason.get("matched")
-    return (
-        not no_stop_trim
-        and reason.get("type") == "stop"
-        and isinstance(matched, int)
-        and bool(ids)
-        and ids[-1] == matched
-    )
+    return not no_stop_trim and bool(ids) and isinstance(reason, FinishStop) and reason.trims_token(ids[-1])
 
 
 def run_detokenizer_process(

@@ -38,10 +38,21 @@ class FramingError(APIError):
 
 
 class Headers(dict):
-    """Request headers, keys lower-cased; repeated headers joined with ', '."""
+    """Request headers, keys lower-cased; repeated headers joined with ', '.
+
+    Lookups fold case too (``get``, ``[]`` and ``in``), as HTTP header names are
+    case-insensitive; the stored keys are already lower case, so no lookup pays
+    for more than one ``str.lower``.
+    """
 
     def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
         return dict.get(self, key.lower(), default)
+
+    def __getitem__(self, key: str) -> Any:
+        return dict.__getitem__(self, key.lower())
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key.lower() if isinstance(key, str) else key)
 
 
 def crlf_line(line: bytes, what: str) -> bytes:

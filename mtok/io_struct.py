@@ -1,8 +1,8 @@
 """Messages that cross process boundaries, named after SGLang's ``io_struct``.
 
 Single requests derive from :class:`BaseReq` and carry the IPC name of the HTTP
-worker that owns them (``http_worker_ipc``); batches derive from
-:class:`BaseBatchReq` and carry one name per request (``http_worker_ipcs``).
+worker that owns them (``worker_address``); batches derive from
+:class:`BaseBatchReq` and carry one name per request (``worker_addresses``).
 That name is the only routing state in the system: whoever holds a message
 knows where its answer goes.
 """
@@ -13,6 +13,8 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Union
+
+from .finish import FinishReason  # noqa: F401  (the type of finished_reasons)
 
 
 @dataclass
@@ -60,13 +62,13 @@ class LogprobParams:
 @dataclass
 class BaseReq:
     rid: str = ""
-    http_worker_ipc: Optional[str] = None
+    worker_address: Optional[str] = None
 
 
 @dataclass
 class BaseBatchReq:
     rids: List[str] = field(default_factory=list)
-    http_worker_ipcs: Optional[List[str]] = None
+    worker_addresses: Optional[List[str]] = None
 
 
 # --- HTTP side ---------------------------------------------------------------------
@@ -157,7 +159,7 @@ class ServerFailure(BaseReq):
 class BatchTokenIDOutput(BaseBatchReq):
     """One scheduler step: the new token ids of every request that advanced."""
 
-    finished_reasons: List[Optional[Dict[str, Any]]] = field(default_factory=list)
+    finished_reasons: "List[Optional[FinishReason]]" = field(default_factory=list)
     decode_ids: List[List[int]] = field(default_factory=list)
     prompt_tokens: List[int] = field(default_factory=list)
     completion_tokens: List[int] = field(default_factory=list)
@@ -179,7 +181,7 @@ class BatchTokenIDOutput(BaseBatchReq):
 class BatchStrOutput(BaseBatchReq):
     """The detokenized form of one step: per request, the new text and new ids."""
 
-    finished_reasons: List[Optional[Dict[str, Any]]] = field(default_factory=list)
+    finished_reasons: "List[Optional[FinishReason]]" = field(default_factory=list)
     output_strs: List[str] = field(default_factory=list)
     output_ids: List[List[int]] = field(default_factory=list)
     prompt_tokens: List[int] = field(default_factory=list)
@@ -196,7 +198,7 @@ LOGPROB_KEYS = ("input_token_logprobs", "output_token_logprobs", "input_top_logp
 
 @dataclass
 class BatchEmbeddingOutput(BaseBatchReq):
-    finished_reasons: List[Optional[Dict[str, Any]]] = field(default_factory=list)
+    finished_reasons: "List[Optional[FinishReason]]" = field(default_factory=list)
     embeddings: List[List[float]] = field(default_factory=list)
     prompt_tokens: List[int] = field(default_factory=list)
 
@@ -231,7 +233,7 @@ def split_by_index(output: BaseBatchReq, indices: Sequence[int]) -> BaseBatchReq
 def group_by_worker(output: BaseBatchReq) -> Dict[str, BaseBatchReq]:
     """One sub-batch per worker IPC name, so each worker gets one message per step."""
     groups: Dict[str, List[int]] = {}
-    for i, name in enumerate(output.http_worker_ipcs or ()):
+    for i, name in enumerate(output.worker_addresses or ()):
         groups.setdefault(name, []).append(i)
     return {name: split_by_index(output, idx) for name, idx in groups.items()}
 

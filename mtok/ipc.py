@@ -27,14 +27,14 @@ from multiprocessing.connection import (
 )
 from typing import Any, Dict, List, Optional
 
-from . import io_struct
+from . import finish, io_struct
 
 logger = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT = 5.0
 MAX_DRAIN_ROUNDS = 64  # polls per recv_bytes_all, so a chatty peer cannot starve the caller
 
-_ALLOWED = {(cls.__module__, cls.__qualname__) for cls in io_struct.MESSAGE_TYPES}
+_ALLOWED = {(cls.__module__, cls.__qualname__) for cls in io_struct.MESSAGE_TYPES + finish.FINISH_TYPES}
 
 
 class _MessageUnpickler(pickle.Unpickler):
@@ -246,15 +246,15 @@ class SenderWrapper:
     """Stamps the owning worker's IPC name on everything it sends, so that
     :class:`~mtok.tokenizer_manager.TokenizerManager` code needs no routing logic."""
 
-    def __init__(self, sender: Sender, worker_ipc: str):
+    def __init__(self, sender: Sender, worker_address: str):
         self.sender = sender
-        self.worker_ipc = worker_ipc
+        self.worker_address = worker_address
 
     def send(self, obj: Any) -> None:
         if isinstance(obj, io_struct.BaseReq):
-            obj.http_worker_ipc = self.worker_ipc
+            obj.worker_address = self.worker_address
         elif isinstance(obj, io_struct.BaseBatchReq):
-            obj.http_worker_ipcs = [self.worker_ipc] * len(obj.rids)
+            obj.worker_addresses = [self.worker_address] * len(obj.rids)
         self.sender.send(obj)
 
     def close(self) -> None:

@@ -120,7 +120,7 @@ def openai_finish(st: "ReqState") -> "tuple[Optional[str], Any]":
     reason = st.finished_reason
     if reason is None:
         return None, None
-    return reason.get("type"), reason.get("matched")
+    return reason.openai()
 
 
 class OpenAIRoutes:

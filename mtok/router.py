@@ -1,8 +1,8 @@
 """The MultiTokenizerRouter: the hub between N workers and the scheduler.
 
-It runs as two threads of the main process.  ``router_worker_obj`` forwards
+It runs as two threads of the main process.  ``forward_to_scheduler`` forwards
 what the workers send to the scheduler, as bytes: it never unpickles them.
-``handle_loop`` takes the non-batch messages that come back through the
+``deliver_replies`` takes the non-batch messages that come back through the
 detokenizer (control replies, failure notices) and delivers each to the worker
 named on it.  Batch outputs do not pass here; the detokenizer sends those to
 the workers directly.
@@ -24,15 +24,15 @@ logger = logging.getLogger(__name__)
 
 class MultiTokenizerRouter:
     def __init__(self, port_args: PortArgs, authkey: bytes):
-        self.receive_from_worker = Receiver(port_args.tokenizer_worker_ipc_name, authkey)
-        self.send_to_scheduler = Sender(port_args.scheduler_input_ipc_name, authkey)
-        self.recv_from_detokenizer = Receiver(port_args.tokenizer_ipc_name, authkey)
+        self.receive_from_worker = Receiver(port_args.router_inbox, authkey)
+        self.send_to_scheduler = Sender(port_args.scheduler_inbox, authkey)
+        self.recv_from_detokenizer = Receiver(port_args.reply_inbox, authkey)
         self.socket_mapping = SocketMapping(authkey)
         self._closed = False
-        for target, name in ((self.router_worker_obj, "router-in"), (self.handle_loop, "router-out")):
+        for target, name in ((self.forward_to_scheduler, "router-in"), (self.deliver_replies, "router-out")):
             threading.Thread(target=target, name=name, daemon=True).start()
 
-    def router_worker_obj(self) -> None:
+    def forward_to_scheduler(self) -> None:
         while not self._closed:
             for data in self.receive_from_worker.recv_bytes_all(timeout=1.0):
                 try:
@@ -40,10 +40,10 @@ class MultiTokenizerRouter:
                 except ConnectionError as e:
                     logger.error("cannot reach the scheduler: %s", e)
 
-    def handle_loop(self) -> None:
+    def deliver_replies(self) -> None:
         while not self._closed:
             for msg in self.recv_from_detokenizer.recv_all(timeout=1.0):
-                self.socket_mapping.send_output(getattr(msg, "http_worker_ipc", None), msg)
+                self.socket_mapping.send_output(getattr(msg, "worker_address", None), msg)
 
     def broadcast(self, msg: Any, names: Iterable[str]) -> None:
         for name in names:

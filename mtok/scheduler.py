@@ -21,6 +21,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 from .args import PortArgs, ServerArgs, read_args
 from .decoding import DecodeState, IncrementalDecoder, find_stop
 from .engines import EngineContext, EngineOutput, capability_refusal, load_engine
+from .finish import FinishAbort, FinishLength, FinishReason, FinishStop, as_finish
 from .io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
@@ -42,15 +43,15 @@ from .scheduler_logprobs import LogprobSteps
 logger = logging.getLogger(__name__)
 
 
-def abort_reason(message: str, status_code: int = 400) -> Dict[str, Any]:
-    return {"type": "abort", "message": message, "status_code": status_code}
+def abort_reason(message: str, status_code: int = 400, param: Optional[str] = None) -> FinishAbort:
+    return FinishAbort(message, status_code, param)
 
 
 class Req:
     """A request inside the scheduler; engines see rid, input_ids, output_ids, sampling_params."""
 
     __slots__ = (
-        "rid", "input_ids", "output_ids", "sampling_params", "http_worker_ipc", "model",
+        "rid", "input_ids", "output_ids", "sampling_params", "worker_address", "model",
         "finished_reason", "new_ids", "decode", "checked", "stop_offset", "tail", "max_stop_len",
         "logprobs", "lora_path", "new_logprobs", "engine_finish", "engine_rows",
     )
@@ -59,11 +60,11 @@ class Req:
         self.rid = msg.rid
         self.input_ids = msg.input_ids
         self.sampling_params: SamplingParams = msg.sampling_params
-        self.http_worker_ipc = msg.http_worker_ipc
+        self.worker_address = msg.worker_address
         self.model = msg.model
         self.output_ids: List[int] = []
         self.new_ids: List[int] = []
-        self.finished_reason: Optional[Dict[str, Any]] = None
+        self.finished_reason: Optional[FinishReason] = None
         sp = self.sampling_params
         self.decode = DecodeState(sp.skip_special_tokens, sp.spaces_between_special_tokens) if sp.stop else None
         self.checked = 0  # length of decoded text already searched for stop strings
@@ -118,8 +119,8 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
         self.detokenizer_gone = False  # set once a send fails: its death is the supervisor's to handle
         # running plus waiting; past this a request is refused (503) at once
         self.capacity = server_args.max_running_requests + server_args.max_queued_requests
-        self.recv_from_tokenizer = Receiver(port_args.scheduler_input_ipc_name, authkey)
-        self.send_to_detokenizer = Sender(port_args.detokenizer_ipc_name, authkey)
+        self.recv_from_tokenizer = Receiver(port_args.scheduler_inbox, authkey)
+        self.send_to_detokenizer = Sender(port_args.detokenizer_inbox, authkey)
         self._dispatch: Dict[type, Callable[[Any], None]] = {
             TokenizedGenerateReqInput: self.handle_generate,
             TokenizedEmbeddingReqInput: self.handle_embed,
@@ -183,7 +184,7 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
         if req.model not in self.models:
             req.finished_reason = abort_reason(f"unknown model {req.model!r}", 404)
         elif refusal is not None:
-            req.finished_reason = dict(abort_reason(refusal[0], 400), param=refusal[1])
+            req.finished_reason = abort_reason(refusal[0], 400, refusal[1])
         elif req.logprobs is not None and req.logprobs.start_len > len(req.input_ids):
             req.finished_reason = dict(abort_reason(f"'logprob_start_len' ({req.logprobs.start_len}) exceeds the "
                                                     f"prompt's {len(req.input_ids)} tokens", 400),
@@ -203,12 +204,12 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
 
     def handle_abort(self, msg: AbortReq) -> None:
         if msg.abort_all_of is not None:
-            victims = [r for r in self.reqs.values() if r.http_worker_ipc == msg.abort_all_of]
+            victims = [r for r in self.reqs.values() if r.worker_address == msg.abort_all_of]
             if victims:
                 logger.info("aborting %d request(s) of departed worker %s", len(victims), msg.abort_all_of)
         else:  # only the worker that sent a request may abort it by rid
             req = self.reqs.get(msg.rid)  # type: ignore[arg-type]
-            victims = [req] if req is not None and req.http_worker_ipc == msg.http_worker_ipc else []
+            victims = [req] if req is not None and req.worker_address == msg.worker_address else []
         for req in victims:
             self.abort(req, abort_reason("aborted", 499))
         if msg.abort_all_of is not None:
@@ -251,7 +252,7 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
 
     def handle_rpc(self, msg: RpcReq) -> None:
         method = getattr(self, f"rpc_{msg.method}", None)
-        out = RpcOutput(rid=msg.rid, http_worker_ipc=msg.http_worker_ipc)
+        out = RpcOutput(rid=msg.rid, worker_address=msg.worker_address)
         if method is None:
             out.error = f"unknown method {msg.method!r}"
         else:
@@ -262,7 +263,7 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
         self.to_detokenizer(out)
 
     def rpc_get_state(self) -> Dict[str, Any]:
-        by_worker: Dict[str, int] = collections.Counter(r.http_worker_ipc or "" for r in self.reqs.values())
+        by_worker: Dict[str, int] = collections.Counter(r.worker_address or "" for r in self.reqs.values())
         return {
             "num_running": len(self.running),
             "num_waiting": len(self.waiting),
@@ -283,7 +284,7 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
                 if req.finished_reason is not None:
                     continue
             if req.sampling_params.max_new_tokens == 0:  # prefill only: scored, nothing generated
-                req.finished_reason = {"type": "length", "length": 0}
+                req.finished_reason = FinishLength(0)
                 self.reqs.pop(req.rid, None)
                 self.models[req.model].engine.finish_request(req)
                 self.pending_output.append(req)
@@ -335,7 +336,7 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
         for req, out in zip(group, outs):
             req.output_ids.extend(out.ids)
             req.new_ids = out.ids
-            req.engine_finish = out.finish
+            req.engine_finish = as_finish(out.finish)
             req.engine_rows = out if rt.engine.asynchronous else None
 
     def check_finished(self, batch: Sequence[Req]) -> None:
@@ -349,13 +350,13 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
                 n = base + k + 1
                 if n >= sp.min_new_tokens and (
                         tok in sp.stop_token_ids or (not sp.ignore_eos and tok in self.models[req.model].eos_ids)):
-                    req.finished_reason = {"type": "stop", "matched": tok}
+                    req.finished_reason = FinishStop(tok)
                 elif n >= sp.max_new_tokens:
-                    req.finished_reason = {"type": "length", "length": n}
+                    req.finished_reason = FinishLength(n)
                 if req.finished_reason is not None:
                     self._cut(req, k + 1)
                     break
-            if req.decode is not None and (req.finished_reason is None or req.finished_reason["type"] == "length"):
+            if req.decode is not None and (req.finished_reason is None or isinstance(req.finished_reason, FinishLength)):
                 if len(req.new_ids) > 1:
                     self.stop_strings_one_by_one(req)
                 else:
@@ -381,7 +382,7 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
             return
         hit = find_stop(view, sp.stop, start)
         if hit is not None:
-            req.finished_reason = {"type": "stop", "matched": hit[1]}
+            req.finished_reason = FinishStop(hit[1])
             req.stop_offset = base + hit[0]
 
     def send_outputs(self, batch: Sequence[Req]) -> None:
@@ -389,7 +390,7 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
         self.pending_output = []
         if not reqs:
             return
-        out = BatchTokenIDOutput(rids=[r.rid for r in reqs], http_worker_ipcs=[r.http_worker_ipc for r in reqs])
+        out = BatchTokenIDOutput(rids=[r.rid for r in reqs], worker_addresses=[r.worker_address for r in reqs])
         if len(self.models) > 1:
             out.models = [r.model for r in reqs]
         if any(r.logprobs is not None for r in reqs):
@@ -427,14 +428,14 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
                 if len(vectors) != len(group):
                     raise RuntimeError(f"engine returned {len(vectors)} embeddings for {len(group)} inputs")
                 out.embeddings += [list(map(float, v)) for v in vectors]
-                out.finished_reasons += [{"type": "stop"} for _ in group]
+                out.finished_reasons += [FinishStop() for _ in group]
             except Exception as e:
                 logger.warning("embedding with %s failed: %s", name, e)
                 status = 404 if rt is None else 400 if isinstance(e, NotImplementedError) else 500
                 out.embeddings += [[] for _ in group]
                 out.finished_reasons += [abort_reason(str(e), status) for _ in group]
         out.rids = [r.rid for r in batch]
-        out.http_worker_ipcs = [r.http_worker_ipc for r in batch]
+        out.worker_addresses = [r.worker_address for r in batch]
         out.prompt_tokens = [len(r.input_ids) for r in batch]
         self.to_detokenizer(out)
 

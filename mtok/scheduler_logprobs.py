@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 from typing import Any, List, Optional, Tuple
 
+from .finish import FinishAbort
+
 logger = logging.getLogger(__name__)
 
 
-def _engine_error(e: Exception) -> dict:
-    return {"type": "abort", "message": f"engine error: {type(e).__name__}: {e}", "status_code": 500}
+def _engine_error(e: Exception) -> FinishAbort:
+    return FinishAbort(f"engine error: {type(e).__name__}: {e}", 500)
 
 
 class LogprobSteps:

@@ -118,7 +118,7 @@ def merge_outputs(msgs: List[Any]) -> List[Any]:
 
 
 def _copy_output(msg: Any) -> Any:
-    copy = io_struct.BatchStrOutput(rids=list(msg.rids), http_worker_ipcs=list(msg.http_worker_ipcs or []) or None)
+    copy = io_struct.BatchStrOutput(rids=list(msg.rids), worker_addresses=list(msg.worker_addresses or []) or None)
     for name in _MERGED_FIELDS:
         setattr(copy, name, [list(v) if isinstance(v, list) else v for v in getattr(msg, name)])
     if msg.logprobs is not None:
@@ -151,8 +151,8 @@ def _merge_into(acc: Any, msg: Any) -> None:
         i = open_at.get(rid)
         if i is None:
             acc.rids.append(rid)
-            if acc.http_worker_ipcs is not None:
-                acc.http_worker_ipcs.append((msg.http_worker_ipcs or [None])[j] if msg.http_worker_ipcs else None)
+            if acc.worker_addresses is not None:
+                acc.worker_addresses.append((msg.worker_addresses or [None])[j] if msg.worker_addresses else None)
             for name in _MERGED_FIELDS:
                 value = getattr(msg, name)[j]
                 getattr(acc, name).append(list(value) if isinstance(value, list) else value)

@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from .args import PortArgs, ServerArgs
 from .chat_templates import ModelChat, load_chats
+from .finish import FinishAbort, FinishReason
 from .io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
@@ -69,7 +70,7 @@ class ReqState:
         self.stream = stream
         self.text = ""
         self.output_ids: List[int] = []
-        self.finished_reason: Optional[Dict[str, Any]] = None
+        self.finished_reason: Optional[FinishReason] = None
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = 0
         self.created = time.monotonic() if created is None else created
@@ -89,12 +90,13 @@ class ReqState:
 
     def error(self) -> Optional[APIError]:
         """The HTTP error a finish stands for (refused, failed), if any."""
-        reason = self.finished_reason or {}
-        status = reason.get("status_code")
-        if reason.get("type") == "abort" and status and status != 499:
-            headers = {"Retry-After": "1"} if status == 503 else None
-            return APIError(reason.get("message", "request failed"), status, reason.get("param"), headers)
-        return None
+        reason = self.finished_reason
+        status = reason.http_status() if reason is not None else None
+        if status is None:
+            return None
+        assert isinstance(reason, FinishAbort)
+        headers = {"Retry-After": "1"} if status == 503 else None
+        return APIError(reason.message, status, reason.param, headers)
 
 
 class TokenizerManager:
@@ -116,7 +118,7 @@ class TokenizerManager:
         self.rpc_waiters: Dict[str, "queue.SimpleQueue[RpcOutput]"] = {}
         self.failure: Optional[str] = None
         self.metrics = Metrics()  # this process's counters; the HTTP server counts into them too
-        self.recv_from_detokenizer = Receiver(self.result_ipc_name, authkey)
+        self.recv_from_detokenizer = Receiver(self.inbox, authkey)
         self.send_to_scheduler = self.make_sender()
         self._dispatch = {
             BatchStrOutput: self.handle_batch_output,
@@ -128,11 +130,11 @@ class TokenizerManager:
 
     # -- routing hooks (TokenizerWorker overrides these) ---------------------------
     @property
-    def result_ipc_name(self) -> str:
-        return self.port_args.tokenizer_ipc_name
+    def inbox(self) -> str:
+        return self.port_args.reply_inbox
 
     def make_sender(self) -> Any:
-        return Sender(self.port_args.scheduler_input_ipc_name, self.authkey)
+        return Sender(self.port_args.scheduler_inbox, self.authkey)
 
     # -- models --------------------------------------------------------------------
     def model(self, name: Optional[str]) -> "ModelEntry":
@@ -308,8 +310,7 @@ class TokenizerManager:
     def _expire(self, states: List[ReqState], done: set) -> None:
         """The server-side deadline passed: what is unfinished fails with 504."""
         timeout = self.server_args.request_timeout
-        reason = {"type": "abort", "status_code": 504,
-                  "message": f"the request did not finish within {timeout:g} s (--request-timeout)"}
+        reason = FinishAbort(f"the request did not finish within {timeout:g} s (--request-timeout)", 504)
         for st in states:
             if st.rid not in done and self.rid_to_state.pop(st.rid, None) is not None:
                 self.abort_request(st.rid)
@@ -427,7 +428,7 @@ class TokenizerManager:
     def fail_all(self, message: str) -> None:
         """A core process died: every request in flight ends with a 503."""
         self.failure = message
-        reason = {"type": "abort", "message": message, "status_code": 503}
+        reason = FinishAbort(message, 503)
         for rid in list(self.rid_to_state):
             st = self.rid_to_state.pop(rid, None)
             if st is not None:
@@ -459,13 +460,13 @@ class ModelEntry:
 class TokenizerWorker(TokenizerManager):
     """A TokenizerManager in one of N worker processes (multi-worker mode)."""
 
-    def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes, worker_ipc_name: str):
-        self.tokenizer_ipc_name = worker_ipc_name
+    def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes, worker_address: str):
+        self.worker_address = worker_address
         super().__init__(server_args, port_args, authkey)
 
     @property
-    def result_ipc_name(self) -> str:
-        return self.tokenizer_ipc_name
+    def inbox(self) -> str:
+        return self.worker_address
 
     def make_sender(self) -> Any:
-        return SenderWrapper(Sender(self.port_args.tokenizer_worker_ipc_name, self.authkey), self.tokenizer_ipc_name)
+        return SenderWrapper(Sender(self.port_args.router_inbox, self.authkey), self.worker_address)

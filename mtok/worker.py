@@ -89,14 +89,14 @@ def run_tokenizer_worker_process(
     authkey: bytes,
     parent_pid: int,
     slot: int,
-    worker_ipc_name: str,
+    worker_address: str,
     shared_sock: Optional[socket.socket],
     ready_conn,
 ) -> None:
     server_args, port_args = read_args(shm_name)
     with ChildBoot(f"worker-{slot - 1}", parent_pid, ready_conn, server_args.log_level):
         board = StatusBoard.attach(status_name)
-        tm = TokenizerWorker(server_args, port_args, authkey, worker_ipc_name)
+        tm = TokenizerWorker(server_args, port_args, authkey, worker_address)
         sock = shared_sock or make_listen_socket(server_args.host, server_args.port, reuseport=True)
         front = HttpFrontend(tm, board, slot, sock, server_args)
     stop = threading.Event()

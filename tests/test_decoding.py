@@ -19,6 +19,7 @@ from conftest import SHARED_TOKENIZERS
 from mtok.args import PortArgs, ServerArgs
 from mtok.decoding import find_stop, stop_holdback
 from mtok.detokenizer import DetokenizerManager
+from mtok.finish import FinishLength, FinishStop
 from mtok.io_struct import BatchTokenIDOutput, SamplingParams, TokenizedGenerateReqInput
 from mtok.scheduler import Req, Scheduler
 from prompts import prompts
@@ -58,7 +59,7 @@ def stream(detok, ids, chunks, skip=True, stop=None, stop_offset=None, reason=No
         pos += len(new)
         final = pos >= len(ids)
         out = detok.handle_batch_token_id_out(BatchTokenIDOutput(
-            rids=[rid], finished_reasons=[(reason or {"type": "length"}) if final else None], decode_ids=[new],
+            rids=[rid], finished_reasons=[(reason or FinishLength(len(ids))) if final else None], decode_ids=[new],
             prompt_tokens=[1], completion_tokens=[pos], skip_special_tokens=[skip],
             spaces_between_special_tokens=[True], no_stop_trim=[False], stop=[stop],
             stop_str_offsets=[stop_offset if final else None]))
@@ -124,8 +125,8 @@ def test_stop_strings_end_generation_at_the_first_match(name):
         emitted = req.output_ids
         deltas = stream(detok, emitted, [1], stop=[stop], stop_offset=req.stop_offset, reason=req.finished_reason)
         text_out = "".join(deltas)
-        if req.finished_reason["type"] == "stop":
-            assert req.finished_reason["matched"] == stop
+        if isinstance(req.finished_reason, FinishStop):
+            assert req.finished_reason == FinishStop(stop)
             assert text_out == full[:full.find(stop)]
             # no engine step after the one that completed the stop string
             assert stop not in tok.decode(emitted[:-1])

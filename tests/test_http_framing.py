@@ -234,3 +234,14 @@ def test_a_framing_error_costs_only_its_connection(srv):
         assert good.recv(4096).startswith(b"HTTP/1.1 200")
     finally:
         good.close()
+
+
+def test_header_lookups_fold_case_every_way():
+    import io
+
+    from mtok.http_framing import read_headers
+
+    headers = read_headers(io.BytesIO(b"Content-Type: application/json\r\nX-A: 1\r\nx-a: 2\r\n\r\n"))
+    for key in ("content-type", "Content-Type", "CONTENT-TYPE"):
+        assert key in headers and headers[key] == "application/json" and headers.get(key) == "application/json"
+    assert headers["X-A"] == "1, 2" and "x-b" not in headers and headers.get("X-B", "none") == "none"

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from mtok.finish import FinishLength, FinishStop
 from mtok.io_struct import (
     BatchEmbeddingOutput,
     BatchStrOutput,
@@ -20,8 +21,8 @@ pytestmark = pytest.mark.fast
 def token_batch():
     return BatchTokenIDOutput(
         rids=["a", "b", "c"],
-        http_worker_ipcs=["w1", "w2", "w1"],
-        finished_reasons=[None, {"type": "length"}, None],
+        worker_addresses=["w1", "w2", "w1"],
+        finished_reasons=[None, FinishLength(3), None],
         decode_ids=[[1], [2, 3], []],
         prompt_tokens=[5, 6, 7],
         completion_tokens=[1, 2, 0],
@@ -38,7 +39,7 @@ def test_every_per_request_list_is_split():
     piece = split_by_index(token_batch(), [1])
     assert piece.rids == ["b"]
     assert piece.decode_ids == [[2, 3]]
-    assert piece.finished_reasons == [{"type": "length"}]
+    assert piece.finished_reasons == [FinishLength(3)]
     assert piece.stop == [["x"]] and piece.stop_str_offsets == [4]
     assert piece.models is None
 
@@ -47,7 +48,7 @@ def test_indices_keep_their_order_and_alignment():
     piece = split_by_index(token_batch(), [2, 0])
     assert piece.rids == ["c", "a"]
     assert piece.prompt_tokens == [7, 5]
-    assert piece.http_worker_ipcs == ["w1", "w1"]
+    assert piece.worker_addresses == ["w1", "w1"]
 
 
 def test_fields_shorter_than_the_batch():
@@ -71,9 +72,9 @@ def test_dict_of_lists_fields_are_split_per_key():
 
 
 def test_embedding_output_with_stacked_rows():
-    out = BatchEmbeddingOutput(rids=["a", "b"], http_worker_ipcs=["w1", "w2"],
+    out = BatchEmbeddingOutput(rids=["a", "b"], worker_addresses=["w1", "w2"],
                                embeddings=[[0.1, 0.2], [0.3, 0.4]], prompt_tokens=[3, 4],
-                               finished_reasons=[{"type": "stop"}, {"type": "stop"}])
+                               finished_reasons=[FinishStop(), FinishStop()])
     piece = split_by_index(out, [1])
     assert isinstance(piece, BatchEmbeddingOutput)
     assert piece.embeddings == [[0.3, 0.4]] and piece.prompt_tokens == [4]

@@ -136,8 +136,8 @@ def test_sender_wrapper_stamps_the_worker_name(sock_dir):
         w.send(TokenizedGenerateReqInput(rid="a", input_ids=[1]))
         w.send(BatchStrOutput(rids=["a", "b"]))
         single, batch = drain(rx, 2)
-        assert single.http_worker_ipc == "worker-7"
-        assert batch.http_worker_ipcs == ["worker-7", "worker-7"]
+        assert single.worker_address == "worker-7"
+        assert batch.worker_addresses == ["worker-7", "worker-7"]
     finally:
         rx.close()
 
@@ -178,7 +178,7 @@ def test_socket_mapping_survives_a_dead_peer_until_the_supervisor_drops_it(sock_
 
 
 def step(rid_texts, finished=()):
-    out = BatchStrOutput(rids=[r for r, _ in rid_texts], http_worker_ipcs=["w"] * len(rid_texts))
+    out = BatchStrOutput(rids=[r for r, _ in rid_texts], worker_addresses=["w"] * len(rid_texts))
     for rid, text in rid_texts:
         out.output_strs.append(text)
         out.output_ids.append([len(text)])

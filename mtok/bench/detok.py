@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional
 from mtok.args import PortArgs, ServerArgs
 from mtok.decoding import DecodeState, IncrementalDecoder
 from mtok.detokenizer import DetokenizerManager
+from mtok.finish import FinishLength
 from mtok.io_struct import BatchTokenIDOutput
 from mtok.tokenizer import hf_available
 
@@ -58,7 +59,7 @@ def steps(ids: List[int], streams: int, run: int, top: Optional[int] = None) -> 
     for k, tok in enumerate(ids):
         final = k == len(ids) - 1
         msg = BatchTokenIDOutput(
-            rids=rids, finished_reasons=[{"type": "length", "length": k + 1} if final else None] * streams,
+            rids=rids, finished_reasons=[FinishLength(k + 1) if final else None] * streams,
             decode_ids=[[tok]] * streams, prompt_tokens=[16] * streams, completion_tokens=[k + 1] * streams,
             skip_special_tokens=[True] * streams, spaces_between_special_tokens=[True] * streams,
             no_stop_trim=[False] * streams, stop=[None] * streams, stop_str_offsets=[None] * streams)

@@ -105,7 +105,7 @@ def echo_main(kind: str, listen: str, peer: str, authkey: bytes) -> None:
 def message(prompt_tokens: int) -> TokenizedGenerateReqInput:
     return TokenizedGenerateReqInput(rid="data", input_ids=list(range(1000, 1000 + prompt_tokens)),
                                      sampling_params=SamplingParams(max_new_tokens=128, stop=["\n\n"]),
-                                     stream=True, http_worker_ipc="/tmp/mtok-x/worker-0-1a2b3c4d.sock")
+                                     stream=True, worker_address="/tmp/mtok-x/worker-0-1a2b3c4d.sock")
 
 
 def _expect(link: Any, rid: str) -> Any:

@@ -28,8 +28,8 @@ server streaming tokens when it has them (:mod:`mtok.engines.upstream`) --
 sets ``asynchronous = True``.  Its :meth:`Engine.step` then answers, per
 request, an :class:`EngineOutput` (or a plain int, as a synchronous engine
 does): zero, one or several new token ids, the upstream's own finish reason
-(``{"type": "stop", "matched": ...}``, ``{"type": "length", ...}`` or an abort
-with a ``status_code`` and ``message``), and the logprob rows of those ids and,
+(a :class:`mtok.finish.FinishReason`: ``FinishStop``, ``FinishLength`` or
+``FinishAbort`` with its HTTP status; the older dict form is still accepted), and the logprob rows of those ids and,
 once, of the prompt, since they arrive with the tokens rather than on demand
 (:meth:`Engine.logprobs` is not called).  Its step should wait briefly (a few
 milliseconds) for tokens rather than return at once, so the scheduler does not

@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from .upstream import Flight, UpstreamEngine, error_event_abort, upstream_abort
+from ..finish import FinishReason, as_finish
 
 # mtok's SamplingParams fields that go upstream under the same name when not at their default
 FORWARDED = ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
@@ -110,16 +111,19 @@ class SGLangEngine(UpstreamEngine):
         return [row(own[i], top[i] if top else None, ids[i] if ids else None) for i in range(max(0, n - last), n)]
 
     @staticmethod
-    def _finish(reason: Any) -> Optional[Dict[str, Any]]:
+    def _finish(reason: Any) -> Optional[FinishReason]:
         if reason is None:
             return None
         if not isinstance(reason, dict):
-            return {"type": str(reason)}
+            reason = {"type": str(reason)}
         if reason.get("type") == "abort":
             code = reason.get("status_code")
             status = code if isinstance(code, int) and 400 <= code < 500 and code != 499 else 502
             return upstream_abort(status, str(reason.get("message") or "aborted"))
-        return dict(reason)
+        try:
+            return as_finish(reason)
+        except ValueError:
+            return upstream_abort(502, f"finished with {reason!r}")
 
     def flush_cache(self) -> None:
         status, raw = self.post_json("/flush_cache", {})

@@ -44,6 +44,7 @@ import urllib.parse
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import Engine, EngineContext, EngineOutput
+from ..finish import FinishAbort, FinishReason
 
 logger = logging.getLogger(__name__)
 
@@ -53,11 +54,11 @@ PROBE_INTERVAL = 1.0
 STEP_WAIT = 0.005  # how long a step waits for news before returning empty-handed
 
 
-def upstream_abort(status: int, message: str) -> Dict[str, Any]:
-    return {"type": "abort", "message": f"upstream: {message}", "status_code": status}
+def upstream_abort(status: int, message: str) -> FinishAbort:
+    return FinishAbort(f"upstream: {message}", status)
 
 
-def error_event_abort(error: Any) -> Dict[str, Any]:
+def error_event_abort(error: Any) -> FinishAbort:
     """The finish for an ``{"error": ...}`` event in an upstream's stream (SGLang's
     and vLLM's share the shape): its 4xx code if it gives one, else 502."""
     err = error if isinstance(error, dict) else {"message": error}
@@ -132,7 +133,7 @@ class Flight:
         self.ids: List[int] = []
         self.rows: List[Any] = []
         self.input_rows: Optional[List[Any]] = None
-        self.finish: Optional[Dict[str, Any]] = None
+        self.finish: Optional[FinishReason] = None
         self.conn: Optional[http.client.HTTPConnection] = None
         self.cancelled = False
         self.seen = 0  # output ids received so far

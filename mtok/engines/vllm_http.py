@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from .upstream import Flight, UpstreamEngine, error_event_abort, upstream_abort
+from ..finish import FinishAbort, FinishLength, FinishStop
 
 # mtok name -> vLLM SamplingParams name, sent when not at mtok's default
 RENAMED = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "temperature": "temperature",
@@ -71,8 +72,8 @@ class VLLMEngine(UpstreamEngine):
             super().add_request(req)
             return
         flight = Flight(req)  # never sent: answered at once
-        flight.finish = {"type": "abort", "status_code": 400, "param": "logprob_start_len",
-                         "message": "prompt logprobs are not available from a vLLM upstream's token stream"}
+        flight.finish = FinishAbort("prompt logprobs are not available from a vLLM upstream's token stream",
+                                    400, "logprob_start_len")
         with self.cond:
             self.flights[req.rid] = flight
 
@@ -111,7 +112,7 @@ class VLLMEngine(UpstreamEngine):
         if reason is None:
             return None
         if reason == "length":
-            return {"type": "length", "length": length}
+            return FinishLength(length)
         if reason == "stop":
-            return {"type": "stop", "matched": stop_reason}  # None: the model's eos
+            return FinishStop(stop_reason)  # None: the model's eos
         return upstream_abort(502, f"finished with {reason!r}" + (f" ({stop_reason})" if stop_reason else ""))
