@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
-from .chat import BACKENDS as CHAT_TEMPLATE_BACKENDS
+from . import flags
+from .flags import API_KEY_ENV
 from .filemem import FileSegment, is_file_segment
 from .ipc import ipc_name
 
@@ -39,40 +40,8 @@ SHM_PREFIX = "mtok_"
 SHM_DIR_ENV = "MTOK_SHM_DIR"  # where POSIX shared memory lives; a missing directory turns it off
 
 
-@dataclass
-class ServerArgs:
-    host: str = "127.0.0.1"
-    port: int = 30000
-    tokenizer_path: Optional[str] = None
-    served_model_name: Optional[str] = None
-    models: List[str] = field(default_factory=list)
-    tokenizer_backend: str = "auto"
-    tokenizer_worker_num: int = 1
-    engine: str = "echo"
-    engine_step_delay: float = 0.0
-    context_length: Optional[int] = None
-    max_running_requests: int = 256
-    max_queued_requests: int = 4096
-    max_request_bytes: int = 16 << 20
-    max_connections: int = 1024
-    api_key: Optional[str] = None
-    worker_timeout: float = 30.0
-    graceful_timeout: float = 30.0
-    http_timeout: float = 60.0
-    request_timeout: float = 600.0
-    max_prompts_per_request: int = 4096
-    max_stop_strings: int = 256
-    max_stop_chars: int = 16384
-    listen_mode: str = "auto"
-    chat_template: List[str] = field(default_factory=list)
-    chat_template_backend: str = "auto"
-    log_level: str = "info"
-    strict_fields: bool = False
-    incremental_streaming_output: bool = False
-    skip_tokenizer_init: bool = False
-    cors_allow_origins: List[str] = field(default_factory=list)
-    tool_call_parser: List[str] = field(default_factory=list)
-    reasoning_parser: List[str] = field(default_factory=list)
+class ServerArgsMethods:
+    """What :class:`ServerArgs` does with its fields; the fields come from :data:`mtok.flags.SETTINGS`."""
 
     @property
     def model_name(self) -> str:
@@ -97,76 +66,7 @@ class ServerArgs:
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
-        d = cls()
-        a = parser.add_argument
-        a("--host", default=d.host, help="address to bind (default: %(default)s)")
-        a("--port", type=int, default=d.port, help="TCP port; 0 picks a free one (default: %(default)s)")
-        a("--tokenizer-path", "--model-path", dest="tokenizer_path", default=None,
-          help="tokenizer.json, or a directory holding one (default: mtok's built-in tokenizer)")
-        a("--served-model-name", default=None, help="model name reported in responses")
-        a("--model", dest="models", action="append", default=[], metavar="NAME=PATH[:ENGINE]",
-          help="serve this tokenizer (and engine) as model NAME; repeat for several models; "
-               "the first is the default")
-        a("--tokenizer-backend", choices=("auto", "hf", "python"), default=d.tokenizer_backend,
-          help="'hf' = the tokenizers library, 'python' = mtok's own runtime (default: %(default)s)")
-        a("--tokenizer-worker-num", type=int, default=d.tokenizer_worker_num,
-          help="HTTP/tokenizer worker processes (default: %(default)s)")
-        a("--engine", default=d.engine, help="'echo' or module:attr of an engine class (default: %(default)s)")
-        a("--engine-step-delay", type=float, default=d.engine_step_delay,
-          help="seconds each engine step takes, to emulate a model (default: %(default)s)")
-        a("--context-length", type=int, default=None,
-          help="max prompt + generated tokens (default: the tokenizer's model_max_length, else 65536)")
-        a("--max-running-requests", type=int, default=d.max_running_requests,
-          help="requests decoded at once (default: %(default)s)")
-        a("--max-queued-requests", type=int, default=d.max_queued_requests,
-          help="requests waiting beyond those; more get 503 (default: %(default)s)")
-        a("--max-request-bytes", type=int, default=d.max_request_bytes,
-          help="largest HTTP body accepted (default: %(default)s)")
-        a("--max-connections", type=int, default=d.max_connections,
-          help="open client connections per worker; more get 503 (default: %(default)s)")
-        a("--api-key", default=None, help="require 'Authorization: Bearer KEY' on all endpoints but /health "
-          "(visible to ps: prefer --api-key-file or MTOK_API_KEY)")
-        a("--api-key-file", default=None, metavar="PATH", help="read the API key from this file's first line")
-        a("--worker-timeout", type=float, default=d.worker_timeout,
-          help="seconds without a heartbeat before a worker is replaced (default: %(default)s)")
-        a("--graceful-timeout", type=float, default=d.graceful_timeout,
-          help="seconds SIGTERM waits for requests in flight (default: %(default)s)")
-        a("--http-timeout", type=float, default=d.http_timeout,
-          help="seconds a client may take to send a request, or to take a piece of its response "
-               "(default: %(default)s)")
-        a("--request-timeout", type=float, default=d.request_timeout,
-          help="seconds a request may run before it fails with 504 (default: %(default)s)")
-        a("--max-prompts-per-request", type=int, default=d.max_prompts_per_request,
-          help="prompts in one batch request (default: %(default)s)")
-        a("--max-stop-strings", type=int, default=d.max_stop_strings,
-          help="stop strings in one request (default: %(default)s)")
-        a("--max-stop-chars", type=int, default=d.max_stop_chars,
-          help="characters in all of a request's stop strings together (default: %(default)s)")
-        a("--listen-mode", choices=("auto", "reuseport", "shared"), default=d.listen_mode,
-          help="how workers share the port: one inherited socket ('shared', what auto picks) or "
-               "one SO_REUSEPORT socket each (default: %(default)s)")
-        a("--chat-template", dest="chat_template", action="append", default=[], metavar="[NAME=]FILE",
-          help="the chat template: a .jinja file, or a .json file holding it; NAME= for one model of "
-               "several (default: the model's chat_template.jinja, else its tokenizer_config.json)")
-        a("--chat-template-backend", choices=CHAT_TEMPLATE_BACKENDS, default=d.chat_template_backend,
-          help="'jinja2', or 'python' = mtok's own engine; auto = jinja2 when installed (default: %(default)s)")
-        a("--log-level", default=d.log_level, help="debug, info, warning, error (default: %(default)s)")
-        a("--strict-fields", action="store_true",
-          help="refuse request fields mtok does not know (default: ignore them, logging each name once)")
-        a("--incremental-streaming-output", action="store_true",
-          help="native streams send only what is new in each event: text, output_ids, output logprobs "
-               "(default: cumulative, as SGLang)")
-        a("--skip-tokenizer-init", action="store_true",
-          help="token ids in (input_ids; text prompts and stop strings are 400s), token ids out (no text), "
-               "as SGLang's flag: lets one mtok front another (default: off)")
-        a("--cors-allow-origins", nargs="*", default=[], metavar="ORIGIN",
-          help="origins browsers may call from ('*' for any; default: none)")
-        a("--tool-call-parser", action="append", default=[], metavar="[MODEL=]NAME",
-          help="SGLang's tool-call parser name (hermes, qwen25, llama3, mistral, ...); "
-               "MODEL= sets it for one --model only; repeatable")
-        a("--reasoning-parser", action="append", default=[], metavar="[MODEL=]NAME",
-          help="SGLang's reasoning parser name (deepseek-r1, qwen3, glm45, kimi, ...); "
-               "MODEL= sets it for one --model only; repeatable")
+        flags.add_arguments(parser)
 
     @classmethod
     def from_cli_args(cls, ns: argparse.Namespace) -> "ServerArgs":
@@ -177,22 +77,7 @@ class ServerArgs:
 
     def check(self) -> None:
         """Refuse settings that cannot work, with a message a user can act on."""
-        problems = []
-        if self.tokenizer_worker_num < 1:
-            problems.append("--tokenizer-worker-num must be at least 1")
-        if not 0 <= self.port <= 65535:
-            problems.append("--port must be in 0..65535")
-        for name in ("max_running_requests", "max_queued_requests", "max_request_bytes", "max_connections",
-                     "max_prompts_per_request", "max_stop_strings", "max_stop_chars"):
-            if getattr(self, name) < 1:
-                problems.append(f"--{name.replace('_', '-')} must be positive")
-        for name in ("worker_timeout", "graceful_timeout", "http_timeout", "request_timeout"):
-            if getattr(self, name) <= 0:
-                problems.append(f"--{name.replace('_', '-')} must be positive")
-        if self.engine_step_delay < 0:
-            problems.append("--engine-step-delay must not be negative")
-        if self.context_length is not None and self.context_length < 2:
-            problems.append("--context-length must be at least 2")
+        problems = flags.problems(self)  # each flag on its own; what spans flags follows
         if self.models:
             if self.tokenizer_path or self.served_model_name:
                 problems.append("--model replaces --tokenizer-path and --served-model-name; give one or the other")
@@ -246,7 +131,10 @@ class ServerArgs:
         return problems
 
 
-API_KEY_ENV = "MTOK_API_KEY"
+ServerArgs = dataclasses.make_dataclass("ServerArgs", flags.dataclass_fields(), bases=(ServerArgsMethods,))
+ServerArgs.__module__ = __name__
+ServerArgs.__doc__ = """The server's settings: one field per carried row of :data:`mtok.flags.SETTINGS`,
+with its default.  Made from the table, so a flag is declared in one place."""
 
 
 def resolve_api_key(flag: Optional[str], path: Optional[str]) -> Optional[str]:

@@ -4,7 +4,7 @@
 settings as ``python -m mtok.serve``: each keyword is a flag's name with
 underscores (``tokenizer_worker_num=2`` is ``--tokenizer-worker-num 2``), and
 the value goes through the very argparse parser the command line uses, so
-types, choices and defaults are declared once, in ``ServerArgs.add_cli_args``.
+types, choices and defaults are declared once, in :data:`mtok.flags.SETTINGS`.
 An unknown keyword is a TypeError naming the closest flag.
 
 An engine may also be given as a class or a factory function; the scheduler
@@ -21,6 +21,7 @@ import sys
 from typing import Any, Dict, List
 
 from .args import ServerArgs
+from .flags import SETTINGS, Setting
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,18 +35,18 @@ def _parser() -> _Parser:
     return parser
 
 
-def _keywords(parser: argparse.ArgumentParser) -> Dict[str, argparse.Action]:
-    """keyword -> its flag: every option string with underscores, and the dest."""
-    table: Dict[str, argparse.Action] = {}
-    for action in parser._actions:
-        for opt in action.option_strings:
-            table[opt.lstrip("-").replace("-", "_")] = action
-        table.setdefault(action.dest, action)
+def _keywords() -> Dict[str, Setting]:
+    """keyword -> its setting: every flag with underscores, and the field's name."""
+    table: Dict[str, Setting] = {}
+    for s in SETTINGS:
+        for flag in s.flags:
+            table[flag.lstrip("-").replace("-", "_")] = s
+        table.setdefault(s.name, s)
     return table
 
 
 def keyword_names() -> List[str]:
-    return sorted(_keywords(_parser()))
+    return sorted(_keywords())
 
 
 def server_args_from(caller: str, settings: Dict[str, Any]) -> ServerArgs:
@@ -54,43 +55,44 @@ def server_args_from(caller: str, settings: Dict[str, Any]) -> ServerArgs:
     TypeError for an unknown keyword (naming the closest flag); ValueError for a
     value the command line would refuse, with its message.
     """
-    parser = _parser()
-    args = ServerArgs.from_cli_args(parser.parse_args(settings_argv(parser, caller, settings)))
+    args = ServerArgs.from_cli_args(_parser().parse_args(settings_argv(caller, settings)))
     args.check()
     return args
 
 
-def settings_argv(parser: argparse.ArgumentParser, caller: str, settings: Dict[str, Any]) -> List[str]:
+def settings_argv(caller: str, settings: Dict[str, Any]) -> List[str]:
     """The command line that says what ``settings`` say."""
-    table = _keywords(parser)
+    table = _keywords()
     argv: List[str] = []
     for key, value in settings.items():
-        action = table.get(key)
-        if action is None:
+        s = table.get(key)
+        if s is None:
             raise TypeError(f"{caller}() got an unexpected keyword argument {key!r}{_suggest(key, table)}")
         if value is None:
             continue
-        flag = action.option_strings[0]
-        if action.nargs == 0:  # a switch: store_true and the like
-            if value == action.const:
+        flag = s.flags[0]
+        if s.is_switch:
+            if value not in (False, True):
+                raise ValueError(f"{key} is False or True (the flag {flag}), not {value!r}")
+            if value:
                 argv.append(flag)
-            elif value != action.default:
-                raise ValueError(f"{key} is {action.default!r} or {action.const!r} (the flag {flag}), not {value!r}")
             continue
-        if action.dest == "engine":
+        if s.name == "engine":
             value = engine_spec(value)
-        values = value if isinstance(action, argparse._AppendAction) and isinstance(value, (list, tuple)) else [value]
-        for v in values:
-            argv += [flag, str(v)]
+        values = [str(v) for v in (value if s.is_list and isinstance(value, (list, tuple)) else [value])]
+        if s.nargs == "*":  # one flag takes them all
+            argv += [flag, *values]
+        else:
+            for v in values:
+                argv += [flag, v]
     return argv
 
 
-def _suggest(key: str, table: Dict[str, argparse.Action]) -> str:
+def _suggest(key: str, table: Dict[str, Setting]) -> str:
     close = difflib.get_close_matches(key, list(table), n=1, cutoff=0.5)
     if not close:
         return f"; the settings are the flags of python -m mtok.serve: {', '.join(sorted(table))}"
-    action = table[close[0]]
-    return f"; did you mean {close[0]}= (the flag {action.option_strings[0]})?"
+    return f"; did you mean {close[0]}= (the flag {table[close[0]].flags[0]})?"
 
 
 def engine_spec(engine: Any) -> str:

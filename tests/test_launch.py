@@ -199,17 +199,15 @@ def test_an_interactive_session_launches_and_runs_an_engine():
 
 
 def test_switches_and_repeated_flags_become_the_command_line():
-    """Flags other helpers add later (switches such as store_true) map the same way."""
-    import argparse
+    """Switches, repeatable flags, aliases and values map through the flag table."""
+    from mtok.settings import server_args_from, settings_argv
 
-    from mtok.settings import settings_argv
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--strict-fields", action="store_true")
-    parser.add_argument("--model", dest="models", action="append", default=[])
-    parser.add_argument("--port", type=int, default=1)
-    argv = settings_argv(parser, "launch", {"strict_fields": True, "models": ["a=x", "b=y"], "port": 0})
+    argv = settings_argv("launch", {"strict_fields": True, "models": ["a=x", "b=y"], "port": 0})
     assert argv == ["--strict-fields", "--model", "a=x", "--model", "b=y", "--port", "0"]
-    assert settings_argv(parser, "launch", {"strict_fields": False, "model": "a=x"}) == ["--model", "a=x"]
+    assert settings_argv("launch", {"strict_fields": False, "model": "a=x"}) == ["--model", "a=x"]
+    assert settings_argv("launch", {"model_path": "p", "cors_allow_origins": ["http://a", "http://b"]}) == \
+        ["--tokenizer-path", "p", "--cors-allow-origins", "http://a", "http://b"]
+    assert server_args_from("launch", {"cors_allow_origins": ["http://a", "http://b"]}).cors_allow_origins == \
+        ["http://a", "http://b"]
     with pytest.raises(ValueError, match="strict_fields is False or True"):
-        settings_argv(parser, "launch", {"strict_fields": "yes"})
+        settings_argv("launch", {"strict_fields": "yes"})
