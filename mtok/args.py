@@ -22,7 +22,7 @@ import os
 import re
 import struct
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 

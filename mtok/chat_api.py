@@ -24,7 +24,7 @@ from .io_struct import GenerateReqInput, LogprobParams
 from .logprobs import chat_content
 from .openai_api import openai_finish, parse_openai_sampling
 from .parse import parse_rid
-from .validate import as_bool, bad, check_unknown, get_bool, get_int, get_str, require_object
+from .validate import bad, check_unknown, get_bool, get_str, require_object
 
 if TYPE_CHECKING:
     from .tokenizer_manager import ModelEntry, ReqState
@@ -74,19 +74,11 @@ def _check_chat_only(body: Dict[str, Any]) -> None:
             and isinstance(choice["function"].get("name"), str)):
         raise bad(f"'tool_choice' must be one of {', '.join(map(repr, TOOL_CHOICES))} or "
                   "{\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice")
-    get_bool(body, "parallel_tool_calls", True)
-    get_str(body, "reasoning_effort")
 
 
 def template_extras(body: Dict[str, Any]) -> Dict[str, Any]:
     """Request fields a template may read besides transformers' context (as SGLang passes them)."""
     return {k: body[k] for k in ("tool_choice", "reasoning_effort") if body.get(k) is not None}
-
-
-def chat_max_tokens(body: Dict[str, Any]) -> Optional[int]:
-    """``max_completion_tokens`` (OpenAI's current name), else ``max_tokens``; None: up to the context."""
-    n = get_int(body, "max_completion_tokens", None, 1)
-    return n if n is not None else get_int(body, "max_tokens", None, 1)
 
 
 def prompt_ids(model: "ModelEntry", inp: ChatInput, add_special_tokens: bool = False) -> List[int]:
@@ -103,17 +95,16 @@ class ChatRoutes:
         if "messages" not in body:
             raise bad("'messages' is required", "messages")
         _check_chat_only(body)
-        max_tokens = chat_max_tokens(body)
-        sp, include_usage = parse_openai_sampling(got, max_tokens or 1)
-        model = self.tm.model(get_str(body, "model"))
+        sp, include_usage = parse_openai_sampling(got)
+        model = self.tm.model(got.get("model"))
         inp = parse_chat_input(body)
         inp.kwargs = dict(template_extras(body), **(inp.kwargs or {}))
         ids = prompt_ids(model, inp)
         if not ids:
             raise bad("the chat template rendered an empty prompt for these messages", "messages")
-        if max_tokens is None:
+        if fields.value(got, fields.CHAT, "max_new_tokens") is None:
             sp.max_new_tokens = max(1, model.context_length - len(ids))
-        obj = GenerateReqInput(input_ids=ids, sampling_params=sp, stream=get_bool(body, "stream", False),
+        obj = GenerateReqInput(input_ids=ids, sampling_params=sp, stream=fields.value(got, fields.CHAT, "stream"),
                                model=model.name, lora_path=got.get("lora_path"), logprobs=chat_logprobs(got),
                                rid=parse_rid(got.get("rid"), False, 1))
         parsers = [make_output_parser(body, model, self.args) for _ in range(obj.num_outputs)]  # one per choice
@@ -193,7 +184,7 @@ class ChatRoutes:
 
 def chat_logprobs(got: Dict[str, Any]) -> Optional[LogprobParams]:
     """Chat's ``logprobs: true`` and ``top_logprobs: k``."""
-    if not as_bool(got.get("logprobs", False), "logprobs"):
+    if not fields.value(got, fields.CHAT, "logprobs"):
         if got.get("top_logprobs"):
             raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
         return None

@@ -15,7 +15,11 @@ each field has one row here saying what mtok does with it:
   otherwise (mtok cannot do what a non-default value asks).
 
 A field in no row is ignored and logged once (as vLLM does), or refused under
-``--strict-fields``.  ``tests/test_fields.py`` walks this table against the
+``--strict-fields``.  The table is the one place where a field's default and
+bounds are declared: :class:`~mtok.io_struct.SamplingParams` takes its defaults
+from the ``sampling_params`` rows, and the routes read defaults through
+:func:`value`.  Where OpenAI's surface differs from SGLang's (the token budget's
+default, the shape of ``logprobs``), the field has one row per surface.  ``tests/test_fields.py`` walks this table against the
 pinned SGLang / vLLM / OpenAI schemas (``tests/data/pinned_request_fields.json``).
 """
 
@@ -47,7 +51,7 @@ class Field:
     default: Any = None
     aliases: Tuple[str, ...] = ()
     capability: Optional[str] = None  # FORWARDED: the engine capability it needs
-    why: str = ""  # REFUSED: what mtok cannot do
+    why: str = ""  # REFUSED: what mtok cannot do; otherwise a note for docs/fields.md
 
 
 def _where(*names: Any) -> FrozenSet[str]:
@@ -63,6 +67,9 @@ def _rows(action: str, where: Iterable[str], names: str, why: str = "", default:
 
 
 _int0 = lambda x, n: v.as_int(x, n, 0)  # noqa: E731
+_int1 = lambda x, n: v.as_int(x, n, 1)  # noqa: E731
+_top_n = lambda x, n: v.as_int(x, n, 0, 20)  # noqa: E731  (OpenAI's most top logprobs per token)
+_MAX_ALIASES = ("max_tokens", "max_completion_tokens")
 _MULTIMODAL = "this server's engines take text only"
 _RETURN = "this server does not produce it"
 
@@ -74,12 +81,16 @@ TABLE: Tuple[Field, ...] = (
     Field("sampling_params", _where(GEN), USED), Field("stream", _where(GEN, OAI), USED, v.as_bool, False),
     Field("stream_options", _where(OAI), USED), Field("rid", _where(GEN, OAI), USED),
     Field("model", _where(GEN, ENC, OAI, EMB), USED, v.as_str),
-    Field("encoding_format", _where(EMB), USED, v.as_str, "float"),
-    Field("dimensions", _where(ENC, EMB), USED, lambda x, n: v.as_int(x, n, 1)),
+    Field("encoding_format", _where(EMB), USED, lambda x, n: v.one_of(x, n, ("float", "base64")), "float"),
+    Field("dimensions", _where(ENC, EMB), USED, _int1),
     Field("echo", _where(CMPL), USED, v.as_bool, False),
     Field("suffix", _where(CMPL), REFUSED, why="insertion (suffix) is not supported"),
     # -- generation length and stops ---------------------------------------------------
-    Field("max_new_tokens", SAMPLING, USED, _int0, 128, ("max_tokens", "max_completion_tokens")),
+    # SGLang's default is 128, OpenAI's for completions 16; a chat without one may fill the context
+    # (as SGLang's and vLLM's chat routes do).  0 on completions only with 'echo' (mtok.openai_api).
+    Field("max_new_tokens", _where(SP), USED, _int0, 128, _MAX_ALIASES),
+    Field("max_new_tokens", _where(CMPL), USED, _int0, 16, _MAX_ALIASES),
+    Field("max_new_tokens", _where(CHAT), USED, _int1, None, _MAX_ALIASES, why="without it, the rest of the context"),
     Field("min_new_tokens", SAMPLING, USED, _int0, 0, ("min_tokens",)),
     Field("stop", SAMPLING, USED, v.stop_list, None),
     Field("stop_token_ids", SAMPLING, USED, v.token_list, None),
@@ -89,6 +100,8 @@ TABLE: Tuple[Field, ...] = (
     Field("no_stop_trim", SAMPLING, USED, v.as_bool, False, ("include_stop_str_in_output",)),
     Field("stop_regex", SAMPLING, REFUSED, why="stop regexes are not supported; use 'stop' strings"),
     # -- sampling knobs: the engine's business ------------------------------------------
+    # One bound on every surface.  OpenAI documents temperature 0..2, but SGLang's and vLLM's
+    # OpenAI servers take any temperature >= 0, so /v1/* takes what /generate takes.
     Field("temperature", SAMPLING, FORWARDED, lambda x, n: v.as_float(x, n, 0.0, 100.0), 1.0),
     Field("top_p", SAMPLING, FORWARDED, lambda x, n: v.as_float(x, n, 0.0, 1.0), 1.0),
     Field("top_k", SAMPLING, FORWARDED, lambda x, n: v.as_int(x, n, -1), -1),
@@ -115,14 +128,18 @@ TABLE: Tuple[Field, ...] = (
     Field("top_logprobs_num", _where(GEN), USED, _int0, 0, capability="top_logprobs"),
     Field("token_ids_logprob", _where(GEN), USED, v.token_list, None, capability="token_ids_logprob"),
     Field("return_text_in_logprobs", _where(GEN), USED, v.as_bool, False),
-    Field("logprobs", OAI, USED, None, None, capability="logprobs"),  # an int (completions), a bool (chat)
-    Field("top_logprobs", _where(CHAT), USED, lambda x, n: v.as_int(x, n, 0, 20), 0, capability="top_logprobs"),
+    # OpenAI's shapes: completions' 'logprobs' is how many top tokens, chat's a switch (with 'top_logprobs')
+    Field("logprobs", _where(CMPL), USED, _top_n, None, capability="logprobs"),
+    Field("logprobs", _where(CHAT), USED, v.as_bool, False, capability="logprobs"),
+    Field("top_logprobs", _where(CHAT), USED, _top_n, 0, capability="top_logprobs"),
     # -- adapters: forwarded to an engine that has them ---------------------------------
     Field("lora_path", _where(GEN, ENC, OAI, EMB), FORWARDED, v.as_str, capability="lora"),
     Field("lora_id", _where(GEN, ENC), FORWARDED, v.as_str, capability="lora"),
     # -- the chat endpoint's own fields (read by mtok's chat route) --------------------------
-    *_rows(USED, [CHAT], "tools tool_choice parallel_tool_calls chat_template_kwargs add_generation_prompt "
-           "continue_final_message documents reasoning_effort"),
+    *_rows(USED, [CHAT], "tools tool_choice chat_template_kwargs add_generation_prompt continue_final_message "
+           "documents"),
+    Field("parallel_tool_calls", _where(CHAT), USED, v.as_bool, True),
+    Field("reasoning_effort", _where(CHAT), USED, v.as_str),
     Field("thinking", _where(CHAT), REFUSED, why="use 'chat_template_kwargs' (e.g. enable_thinking)"),
     # read by the reasoning parsers (branch parsers); without a --reasoning-parser they change nothing
     *_rows(USED, [CHAT], "separate_reasoning stream_reasoning include_reasoning"),
@@ -177,6 +194,25 @@ def _index() -> Dict[str, Dict[str, Field]]:
 
 
 FIELDS = _index()
+
+
+def value(got: Dict[str, Any], api: str, name: str) -> Any:
+    """A field of :func:`read`'s result, else its default on that surface (the table's)."""
+    return got[name] if name in got else FIELDS[api][name].default
+
+
+def sampling_default(name: str) -> Any:
+    """The default of a ``sampling_params`` field (SGLang's), which :class:`~mtok.io_struct.SamplingParams` takes."""
+    return FIELDS[SP][name].default
+
+
+def surface_defaults(api: str, names: Iterable[str]) -> Dict[str, Any]:
+    """Of ``names``, the fields whose default on ``api`` is set and differs from SGLang's."""
+    table = FIELDS[api]
+    return {n: table[n].default for n in names
+            if n in table and table[n].default is not None and table[n].default != sampling_default(n)}
+
+
 _logged: set = set()
 
 

@@ -14,38 +14,40 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from .fields import sampling_default as _default
 from .finish import FinishReason  # noqa: F401  (the type of finished_reasons)
 
 
 @dataclass
 class SamplingParams:
     """What a request asks of generation; the stop fields are enforced by mtok,
-    the sampling knobs travel to the engine untouched."""
+    the sampling knobs travel to the engine untouched.  Defaults and bounds are
+    the request-field table's (:mod:`mtok.fields`, SGLang's ``sampling_params``)."""
 
-    max_new_tokens: int = 128
-    min_new_tokens: int = 0
+    max_new_tokens: int = _default("max_new_tokens")
+    min_new_tokens: int = _default("min_new_tokens")
     stop: List[str] = field(default_factory=list)
     stop_token_ids: List[int] = field(default_factory=list)
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = True
-    no_stop_trim: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    seed: Optional[int] = None
-    n: int = 1
+    ignore_eos: bool = _default("ignore_eos")
+    skip_special_tokens: bool = _default("skip_special_tokens")
+    spaces_between_special_tokens: bool = _default("spaces_between_special_tokens")
+    no_stop_trim: bool = _default("no_stop_trim")
+    temperature: float = _default("temperature")
+    top_p: float = _default("top_p")
+    top_k: int = _default("top_k")
+    min_p: float = _default("min_p")
+    frequency_penalty: float = _default("frequency_penalty")
+    presence_penalty: float = _default("presence_penalty")
+    repetition_penalty: float = _default("repetition_penalty")
+    seed: Optional[int] = _default("seed")
+    n: int = _default("n")
     # constraints and extras for engines that declare them (mtok.engines)
-    regex: Optional[str] = None
-    json_schema: Optional[str] = None
-    ebnf: Optional[str] = None
-    structural_tag: Optional[str] = None
-    logit_bias: Optional[Dict[str, float]] = None
-    custom_params: Optional[Dict[str, Any]] = None
+    regex: Optional[str] = _default("regex")
+    json_schema: Optional[str] = _default("json_schema")
+    ebnf: Optional[str] = _default("ebnf")
+    structural_tag: Optional[str] = _default("structural_tag")
+    logit_bias: Optional[Dict[str, float]] = _default("logit_bias")
+    custom_params: Optional[Dict[str, Any]] = _default("custom_params")
 
 
 @dataclass

@@ -17,7 +17,7 @@ from .http_server import EventStream, Request, route
 from .io_struct import GenerateReqInput, LogprobParams, SamplingParams
 from .logprobs import CompletionLogprobs, merge
 from .parse import parse_rid, response_format, sampling_params
-from .validate import _json_type, as_int, bad, get_bool, get_int, get_str, require_object, token_list
+from .validate import _json_type, bad, get_bool, require_object, token_list
 
 if TYPE_CHECKING:
     from .tokenizer_manager import ReqState
@@ -38,27 +38,25 @@ def parse_prompt(prompt: Any, obj: GenerateReqInput) -> None:
                   if not isinstance(prompt, list) else "'prompt' must not be empty", "prompt")
 
 
-def openai_sampling(got: Dict[str, Any], default_max: Optional[int], echo: bool = False) -> SamplingParams:
-    """Sampling parameters of an OpenAI body (completions or chat), from :func:`fields.read`'s result."""
+def openai_sampling(got: Dict[str, Any], api: str, echo: bool = False) -> SamplingParams:
+    """Sampling parameters of an OpenAI body (``api``: completions or chat), from :func:`fields.read`'s result."""
     if got.get("max_new_tokens") == 0 and not echo:
         raise bad("'max_tokens' must be at least 1 (0 is only meaningful with 'echo')", "max_tokens")
-    n = got.get("n", 1)
+    n = fields.value(got, api, "n")
     best_of = got.get("best_of")
     if best_of is not None and best_of != n:
         raise bad(f"'best_of' ({best_of}) must equal 'n' ({n}): returning the best of more samples than are "
                   "returned is not supported", "best_of")
-    defaults = {"max_new_tokens": default_max} if default_max is not None else {}
-    sp = sampling_params(got, **defaults)
+    sp = sampling_params(got, api)
     if "response_format" in got:
         response_format(got["response_format"], sp)
     return sp
 
 
-def parse_openai_sampling(got: Dict[str, Any], max_tokens: Optional[int]) -> "tuple[SamplingParams, bool]":
-    """The sampling fields both OpenAI routes share, from :func:`fields.read`'s result,
-    and ``stream_options.include_usage``; the caller decides the token budget."""
-    got = {k: v for k, v in got.items() if k != "max_new_tokens"}
-    return openai_sampling(got, max_tokens), stream_options(got)
+def parse_openai_sampling(got: Dict[str, Any]) -> "tuple[SamplingParams, bool]":
+    """The sampling fields of a chat body, from :func:`fields.read`'s result, and
+    ``stream_options.include_usage``; without ``max_tokens`` the caller sets the budget."""
+    return openai_sampling(got, fields.CHAT), stream_options(got)
 
 
 def stream_options(got: Dict[str, Any]) -> bool:
@@ -76,12 +74,10 @@ def parse_completion(body: Any, strict: bool = False) -> "tuple[GenerateReqInput
     if "prompt" not in got:
         raise bad("'prompt' is required", "prompt")
     logprobs = got.get("logprobs")
-    if logprobs is not None:
-        logprobs = as_int(logprobs, "logprobs", 0, 20)
-    echo = got.get("echo", False)
+    echo = fields.value(got, fields.CMPL, "echo")
     opts = {"include_usage": stream_options(got), "echo": echo, "logprobs": logprobs}
-    sp = openai_sampling(got, 16, echo)
-    obj = GenerateReqInput(sampling_params=sp, stream=got.get("stream", False), model=got.get("model"),
+    sp = openai_sampling(got, fields.CMPL, echo)
+    obj = GenerateReqInput(sampling_params=sp, stream=fields.value(got, fields.CMPL, "stream"), model=got.get("model"),
                            lora_path=got.get("lora_path"), rid=got.get("rid"))
     if logprobs is not None:
         obj.logprobs = LogprobParams(start_len=0 if echo else -1, top_n=logprobs, with_text=True)
@@ -160,13 +156,11 @@ class OpenAIRoutes:
         refuse_embedding_adapter(got)
         if "input" not in body:
             raise bad("'input' is required", "input")
-        fmt = get_str(body, "encoding_format", "float")
-        if fmt not in ("float", "base64"):
-            raise bad("'encoding_format' must be 'float' or 'base64'", "encoding_format")
+        fmt = fields.value(got, fields.EMB, "encoding_format")
         inputs, _ = embedding_inputs(body["input"], "input")
-        model = self.tm.model(get_str(body, "model"))
+        model = self.tm.model(got.get("model"))
         states = self.tm.embed_request(inputs, model.name, req.watch)
-        dims = get_int(body, "dimensions", None, 1)
+        dims = got.get("dimensions")
         data = []
         for st in states:
             err = st.error()

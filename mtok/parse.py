@@ -18,15 +18,18 @@ from .io_struct import GenerateReqInput, LogprobParams, SamplingParams
 from .validate import _json_type, bad, require_object, token_list
 
 _SP_ATTRS = frozenset(f.name for f in SamplingParams.__dataclass_fields__.values())
+# Per surface, the defaults that are not SGLang's (OpenAI's completions: max_tokens 16); the table says which.
+_SURFACE_DEFAULTS = {api: fields.surface_defaults(api, _SP_ATTRS) for api in (fields.SP, fields.CMPL, fields.CHAT)}
 
 
-def sampling_params(got: Dict[str, Any], prefix: str = "", **defaults: Any) -> SamplingParams:
-    """SamplingParams from the checked fields of :func:`fields.read`; route defaults first."""
-    sp = SamplingParams(**defaults)
+def sampling_params(got: Dict[str, Any], api: str = fields.SP, prefix: str = "") -> SamplingParams:
+    """SamplingParams from the checked fields of :func:`fields.read`, over the defaults of surface ``api``."""
+    sp = SamplingParams(**_SURFACE_DEFAULTS[api])
     for key, value in got.items():
         if key in _SP_ATTRS:
             setattr(sp, key, value)
-    if sp.min_new_tokens > sp.max_new_tokens:
+    budget_given = fields.value(got, api, "max_new_tokens") is not None  # chat without one: the context's rest
+    if budget_given and sp.min_new_tokens > sp.max_new_tokens:
         raise bad(f"'{prefix}min_new_tokens' ({sp.min_new_tokens}) must not exceed "
                   f"'{prefix}max_new_tokens' ({sp.max_new_tokens})", prefix + "min_new_tokens")
     return sp
@@ -54,7 +57,7 @@ def parse_sampling_params(d: Any, strict: bool = False, prefix: str = "sampling_
         return SamplingParams()
     if not isinstance(d, dict):
         raise bad(f"'{prefix.rstrip('.')}' must be an object, not {_json_type(d)}", prefix.rstrip("."))
-    return sampling_params(fields.read(d, fields.SP, strict, prefix), prefix)
+    return sampling_params(fields.read(d, fields.SP, strict, prefix), fields.SP, prefix)
 
 
 def parse_generate(body: Any, strict: bool = False) -> GenerateReqInput:
@@ -64,7 +67,8 @@ def parse_generate(body: Any, strict: bool = False) -> GenerateReqInput:
     has_text, has_ids = "text" in got, "input_ids" in got
     if has_text == has_ids:
         raise bad("give exactly one of 'text' and 'input_ids'", "text")
-    obj = GenerateReqInput(stream=got.get("stream", False), model=got.get("model"), lora_path=got.get("lora_path"))
+    obj = GenerateReqInput(stream=fields.value(got, fields.GEN, "stream"), model=got.get("model"),
+                           lora_path=got.get("lora_path"))
     if has_text:
         text = got["text"]
         if isinstance(text, list):
@@ -97,8 +101,11 @@ def parse_generate(body: Any, strict: bool = False) -> GenerateReqInput:
 def logprob_params(got: Dict[str, Any]) -> Optional[LogprobParams]:
     if not got.get("return_logprob"):
         return None
-    return LogprobParams(start_len=got.get("logprob_start_len", -1), top_n=got.get("top_logprobs_num", 0),
-                         token_ids=got.get("token_ids_logprob"), with_text=got.get("return_text_in_logprobs", False))
+    def value(name: str) -> Any:
+        return fields.value(got, fields.GEN, name)
+
+    return LogprobParams(start_len=value("logprob_start_len"), top_n=value("top_logprobs_num"),
+                         token_ids=value("token_ids_logprob"), with_text=value("return_text_in_logprobs"))
 
 
 def parse_rid(rid: Any, is_batch: bool, n: int) -> Optional[Any]:

@@ -175,6 +175,12 @@ def as_str(v: Any, name: str) -> str:
     return v
 
 
+def one_of(v: Any, name: str, choices: Sequence[str]) -> str:
+    if as_str(v, name) not in choices:
+        raise bad(f"'{name}' must be {' or '.join(map(repr, choices))}", name)
+    return v
+
+
 # get_*: a field of a body, its default when absent or null.
 def get_bool(body: Dict[str, Any], key: str, default: bool, param: Optional[str] = None) -> bool:
     v = body.get(key)

@@ -183,3 +183,51 @@ def test_unknown_fields_are_ignored_and_strict_fields_refuses_them(srv, server_f
 def test_docs_fields_md_is_generated_from_the_table():
     with open(os.path.join(ROOT, "docs", "fields.md")) as f:
         assert f.read() == fields.markdown(), "run: python -m mtok.fields > docs/fields.md"
+
+
+# -- the table is the one declaration of sampling defaults and bounds ------------------------------
+@pytest.mark.fast
+def test_sampling_params_takes_its_defaults_from_the_table():
+    import dataclasses
+
+    from mtok.io_struct import SamplingParams
+
+    sp = SamplingParams()
+    for f in dataclasses.fields(SamplingParams):
+        row = fields.FIELDS[fields.SP][f.name]
+        assert getattr(sp, f.name) == (row.default if row.default is not None or f.default_factory is
+                                       dataclasses.MISSING else []), f.name
+
+
+@pytest.mark.fast
+def test_each_surface_has_its_own_default_budget_from_the_table(srv):
+    prompt = " ".join(["word"] * 200)
+    assert fields.FIELDS[fields.SP]["max_new_tokens"].default == 128
+    assert fields.FIELDS[fields.CMPL]["max_tokens"].default == 16
+    status, resp = srv.post("/v1/completions", {"prompt": prompt})
+    assert status == 200 and resp["usage"]["completion_tokens"] == 16, resp
+    status, resp = srv.post("/generate", {"text": prompt})
+    assert status == 200 and resp["meta_info"]["completion_tokens"] == 128, resp
+
+
+@pytest.mark.fast
+def test_bounds_that_differ_by_surface(srv):
+    chat = {"messages": [{"role": "user", "content": "a b c d"}]}
+    status, resp = srv.post("/v1/chat/completions", dict(chat, max_completion_tokens=0))
+    assert status == 400 and resp["error"]["param"] == "max_completion_tokens", resp
+    status, resp = srv.post("/v1/completions", {"prompt": "a", "max_tokens": 0, "echo": True})
+    assert status == 200, resp  # 0 is a completion's "just score the prompt", with echo
+    status, resp = srv.post("/v1/completions", {"prompt": "a", "max_tokens": 1, "logprobs": 21})
+    assert status == 400 and resp["error"]["param"] == "logprobs" and "at most 20" in resp["error"]["message"], resp
+    status, resp = srv.post("/v1/chat/completions", dict(chat, max_tokens=1, logprobs=3))
+    assert status == 400 and "must be a boolean" in resp["error"]["message"], resp
+    status, resp = srv.post("/generate", {"text": "a", "sampling_params": {"temperature": 100.5}})
+    assert status == 400 and resp["error"]["param"] == "sampling_params.temperature", resp
+
+
+@pytest.mark.fast
+def test_a_chat_min_tokens_without_max_tokens_is_measured_against_the_context(srv):
+    """The chat budget defaults to the rest of the context; min_tokens was once checked against 1 instead."""
+    body = {"messages": [{"role": "user", "content": "a b c d"}], "min_tokens": 2, "stop": [" b"]}
+    status, resp = srv.post("/v1/chat/completions", body)
+    assert status == 200 and resp["choices"][0]["finish_reason"] == "stop", resp
