@@ -186,9 +186,8 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
         elif refusal is not None:
             req.finished_reason = abort_reason(refusal[0], 400, refusal[1])
         elif req.logprobs is not None and req.logprobs.start_len > len(req.input_ids):
-            req.finished_reason = dict(abort_reason(f"'logprob_start_len' ({req.logprobs.start_len}) exceeds the "
-                                                    f"prompt's {len(req.input_ids)} tokens", 400),
-                                       param="logprob_start_len")
+            req.finished_reason = abort_reason(f"'logprob_start_len' ({req.logprobs.start_len}) exceeds the "
+                                               f"prompt's {len(req.input_ids)} tokens", 400, "logprob_start_len")
         elif msg.rid in self.reqs:
             req.finished_reason = abort_reason(f"request id {msg.rid!r} is already in use", 400)
         elif len(self.reqs) >= self.capacity:
