@@ -14,7 +14,7 @@ from test_upstream_sglang import serving
 torch = pytest.importorskip("torch", reason="examples/hf_engine.py needs torch (pip install torch)")
 transformers = pytest.importorskip("transformers", reason="examples/hf_engine.py needs transformers")
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow, pytest.mark.unit]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 VOCAB = 8192  # mtok's built-in tokenizer
 PROMPTS = ["Hi", "The quick brown fox jumps", "one two three four five six seven eight nine ten eleven", "a b"]

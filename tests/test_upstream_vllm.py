@@ -9,7 +9,7 @@ from support import wait_for
 from test_upstream_sglang import serving, tokenize
 from upstream_standin import VLLMStandIn, lp
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.unit]
+pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture(scope="module")
