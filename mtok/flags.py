@@ -5,7 +5,7 @@ Every setting of ``python -m mtok.serve`` is one :class:`Setting` row of
 default, validator, help).  From that row come:
 
 - its argparse option (:func:`add_arguments`), and so its line in ``--help``;
-- its field and default in :class:`mtok.args.ServerArgs`, the settings every
+- its field and default in :class:`mtok.wire.args.ServerArgs`, the settings every
   process receives;
 - its own check in ``ServerArgs.check()`` (:func:`problems`); checks that span
   several flags stay code there;

@@ -20,8 +20,8 @@ import os
 import sys
 from typing import Any, Dict, List
 
-from .args import ServerArgs
 from .flags import SETTINGS, Setting
+from .wire.args import ServerArgs
 
 
 class _Parser(argparse.ArgumentParser):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mtok import fields
+from mtok.api import fields
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PINNED = os.path.join(ROOT, "tests", "data", "pinned_request_fields.json")
@@ -182,15 +182,16 @@ def test_unknown_fields_are_ignored_and_strict_fields_refuses_them(srv, server_f
 @pytest.mark.fast
 def test_docs_fields_md_is_generated_from_the_table():
     with open(os.path.join(ROOT, "docs", "fields.md")) as f:
-        assert f.read() == fields.markdown(), "run: python -m mtok.fields > docs/fields.md"
+        assert f.read() == fields.markdown(), "run: python -m mtok.api.fields > docs/fields.md"
 
 
 # -- the table is the one declaration of sampling defaults and bounds ------------------------------
 @pytest.mark.fast
+@pytest.mark.unit
 def test_sampling_params_takes_its_defaults_from_the_table():
     import dataclasses
 
-    from mtok.io_struct import SamplingParams
+    from mtok.wire.io_struct import SamplingParams
 
     sp = SamplingParams()
     for f in dataclasses.fields(SamplingParams):

@@ -11,7 +11,9 @@ import sys
 import pytest
 
 from mtok import flags
-from mtok.args import ServerArgs
+from mtok.wire.args import ServerArgs
+
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,12 +27,10 @@ def readme_flag_table() -> str:
     return section[start:end + 1]
 
 
-@pytest.mark.fast
 def test_the_readme_flag_table_is_generated_from_the_table():
     assert readme_flag_table() == flags.markdown(), "run python -m mtok.flags and paste it into README.md's Flags"
 
 
-@pytest.mark.fast
 def test_every_flag_is_in_help_and_every_carried_setting_is_a_field():
     out = subprocess.run([sys.executable, "-m", "mtok.serve", "--help"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60, env=dict(os.environ, COLUMNS="200"))
@@ -44,7 +44,6 @@ def test_every_flag_is_in_help_and_every_carried_setting_is_a_field():
     assert "api_key_file" not in names  # read once at startup; the key itself travels
 
 
-@pytest.mark.fast
 def test_the_dataclass_defaults_are_the_command_lines():
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
@@ -55,7 +54,6 @@ def test_the_dataclass_defaults_are_the_command_lines():
     assert b.models == [] and model.default == []  # list defaults are fresh each time
 
 
-@pytest.mark.fast
 @pytest.mark.parametrize("field, value, message", [
     ("port", 65536, "--port must be in 0..65535"),
     ("port", -1, "--port must be in 0..65535"),
@@ -72,7 +70,6 @@ def test_each_flag_is_checked_by_its_row(field, value, message):
         ServerArgs(**{field: value}).check()
 
 
-@pytest.mark.fast
 def test_edge_values_pass_and_cross_flag_checks_stay():
     ServerArgs(port=0, engine_step_delay=0.0, context_length=2).check()
     ServerArgs(port=65535, context_length=None).check()
@@ -84,7 +81,6 @@ def test_edge_values_pass_and_cross_flag_checks_stay():
         ServerArgs.from_cli_args(parser.parse_args(["--api-key", "k", "--api-key-file", __file__]))
 
 
-@pytest.mark.fast
 def test_several_problems_are_reported_together():
     with pytest.raises(ValueError) as e:
         ServerArgs(port=-1, max_connections=0).check()

@@ -8,7 +8,7 @@ under /dev/shm, and nothing read from a file should be able to run code.
 Where shared memory is unavailable (no /dev/shm, or ``MTOK_SHM_DIR`` names a
 directory that does not exist) the same JSON travels to each child over the
 process-start pipe instead (:func:`args_ref`), and segments whose name is a
-path are files mapped with mmap (``mtok.filemem``).
+path are files mapped with mmap (``mtok.wire.filemem``).
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
-from . import flags
-from .flags import API_KEY_ENV
+from .. import flags
+from ..flags import API_KEY_ENV
+from ..procutil import pid_alive
 from .filemem import FileSegment, is_file_segment
 from .ipc import ipc_name
 
 if TYPE_CHECKING:
-    from .models import ModelSpec
+    from ..managers.models import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class ServerArgsMethods:
         return "mtok-default"
 
     def model_specs(self) -> "List[ModelSpec]":
-        from .models import ModelSpec
+        from ..managers.models import ModelSpec
 
         if not self.models:
             return [ModelSpec(self.model_name, self.tokenizer_path, self.engine)]
@@ -96,7 +97,7 @@ class ServerArgsMethods:
 
     def parsers(self) -> "Dict[str, Dict[str, str]]":
         """{"tool": {model: parser}, "reasoning": {model: parser}} from the two flags."""
-        from .parsers import REASONING_FORMATS, TOOL_PARSERS, per_model
+        from ..parsers import REASONING_FORMATS, TOOL_PARSERS, per_model
 
         names = [s.name for s in self.model_specs()]
         return {"tool": per_model(self.tool_call_parser, names, TOOL_PARSERS, "--tool-call-parser"),
@@ -111,8 +112,8 @@ class ServerArgsMethods:
 
     def _check_chat_templates(self) -> List[str]:
         """Template files that do not exist, and a backend that is not there, are refused before boot."""
-        from .chat import TemplateError, resolve_backend
-        from .chat_templates import ChatTemplateFileError, template_flags
+        from ..chat import TemplateError, resolve_backend
+        from ..api.chat_templates import ChatTemplateFileError, template_flags
 
         problems = []
         try:
@@ -282,16 +283,6 @@ def unlink_shm(shm: Optional[shared_memory.SharedMemory]) -> None:
             shm.unlink()
     except FileNotFoundError:
         pass
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def remove_stale_segments(shm_dir: Optional[str] = None) -> List[str]:

@@ -16,7 +16,7 @@ each field has one row here saying what mtok does with it:
 
 A field in no row is ignored and logged once (as vLLM does), or refused under
 ``--strict-fields``.  The table is the one place where a field's default and
-bounds are declared: :class:`~mtok.io_struct.SamplingParams` takes its defaults
+bounds are declared: :class:`~mtok.wire.io_struct.SamplingParams` takes its defaults
 from the ``sampling_params`` rows, and the routes read defaults through
 :func:`value`.  Where OpenAI's surface differs from SGLang's (the token budget's
 default, the shape of ``logprobs``), the field has one row per surface.  ``tests/test_fields.py`` walks this table against the
@@ -202,7 +202,7 @@ def value(got: Dict[str, Any], api: str, name: str) -> Any:
 
 
 def sampling_default(name: str) -> Any:
-    """The default of a ``sampling_params`` field (SGLang's), which :class:`~mtok.io_struct.SamplingParams` takes."""
+    """The default of a ``sampling_params`` field (SGLang's), which :class:`~mtok.wire.io_struct.SamplingParams` takes."""
     return FIELDS[SP][name].default
 
 
@@ -265,9 +265,9 @@ def read(body: Dict[str, Any], api: str, strict: bool, prefix: str = "") -> Dict
 
 
 def markdown() -> str:
-    """The table as docs/fields.md (``python -m mtok.fields > docs/fields.md``; a test keeps them equal)."""
+    """The table as docs/fields.md (``python -m mtok.api.fields > docs/fields.md``; a test keeps them equal)."""
     lines = ["# Request fields", "",
-             "Generated from `mtok/fields.py` by `python -m mtok.fields > docs/fields.md`; do not edit by hand.",
+             "Generated from `mtok/api/fields.py` by `python -m mtok.api.fields > docs/fields.md`; do not edit by hand.",
              "Where: `generate` (`/generate`), `sampling_params` (its `sampling_params`), `encode` (`/encode`),",
              "`completions`, `chat` and `embeddings` (`/v1/...`).  A field in no row is ignored and logged once",
              "(`--strict-fields`: a 400).", "",
