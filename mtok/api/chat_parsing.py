@@ -26,7 +26,8 @@ from typing import Any, Dict, List, Optional
 from .chat import OutputParser
 from .parser_routes import check_tools
 from ..parsers import make_reasoning_parser, make_tool_parser
-from .validate import APIError, bad, get_bool
+from . import fields
+from .validate import APIError, bad
 
 PARSER_FIELDS = {"separate_reasoning", "stream_reasoning"}
 
@@ -133,8 +134,8 @@ def output_parser_for(body: Dict[str, Any], model_name: str, server_args: Any) -
     """A ParsedOutput for this request, or None when no parser applies."""
     parsers = configured(server_args)
     tools = _tool_parser(body, parsers["tool"].get(model_name))
-    separate = get_bool(body, "separate_reasoning", True)
-    stream_reasoning = get_bool(body, "stream_reasoning", True)
+    separate = fields.from_body(body, fields.CHAT, "separate_reasoning")
+    stream_reasoning = fields.from_body(body, fields.CHAT, "stream_reasoning")
     kwargs = body.get("chat_template_kwargs") or {}
     name = parsers["reasoning"].get(model_name)
     reasoning = make_reasoning_parser(name, kwargs) if name and separate else None

@@ -30,7 +30,8 @@ from typing import Any, Dict, List, Optional
 
 from ..chat import TemplateError
 from .chat_templates import Compiled, ModelChat
-from .validate import _json_type, as_str, bad, get_bool
+from . import fields
+from .validate import _json_type, as_str, bad
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 TEXT_PART_TYPES = ("text", "input_text")
@@ -178,8 +179,10 @@ def parse_chat_input(body: Dict[str, Any]) -> ChatInput:
         if clash:
             raise bad(f"'chat_template_kwargs' must not set {clash[0]!r}; it is a request field of its own",
                       "chat_template_kwargs")
-    cont = get_bool(body, "continue_final_message", False)
-    add = get_bool(body, "add_generation_prompt", not cont)
+    cont = fields.from_body(body, fields.CHAT, "continue_final_message")
+    add = fields.from_body(body, fields.CHAT, "add_generation_prompt")
+    if add is None:
+        add = not cont
     if cont and add:
         raise bad("'continue_final_message' and 'add_generation_prompt' cannot both be true", "continue_final_message")
     return ChatInput(messages, template_tools(tools, body.get("tool_choice")), documents, add, cont, kwargs)

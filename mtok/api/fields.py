@@ -136,13 +136,16 @@ TABLE: Tuple[Field, ...] = (
     Field("lora_path", _where(GEN, ENC, OAI, EMB), FORWARDED, v.as_str, capability="lora"),
     Field("lora_id", _where(GEN, ENC), FORWARDED, v.as_str, capability="lora"),
     # -- the chat endpoint's own fields (read by mtok's chat route) --------------------------
-    *_rows(USED, [CHAT], "tools tool_choice chat_template_kwargs add_generation_prompt continue_final_message "
-           "documents"),
+    *_rows(USED, [CHAT], "tools tool_choice chat_template_kwargs documents"),
+    Field("continue_final_message", _where(CHAT), USED, v.as_bool, False),
+    Field("add_generation_prompt", _where(CHAT), USED, v.as_bool, why="without it, not continue_final_message"),
     Field("parallel_tool_calls", _where(CHAT), USED, v.as_bool, True),
     Field("reasoning_effort", _where(CHAT), USED, v.as_str),
     Field("thinking", _where(CHAT), REFUSED, why="use 'chat_template_kwargs' (e.g. enable_thinking)"),
     # read by the reasoning parsers (branch parsers); without a --reasoning-parser they change nothing
-    *_rows(USED, [CHAT], "separate_reasoning stream_reasoning include_reasoning"),
+    Field("separate_reasoning", _where(CHAT), USED, v.as_bool, True),
+    Field("stream_reasoning", _where(CHAT), USED, v.as_bool, True),
+    Field("include_reasoning", _where(CHAT), USED),
     *_rows(REFUSED, [CHAT], "functions function_call", "use 'tools' and 'tool_choice'"),
     Field("chat_template", _where(CHAT), REFUSED, why="the server's --chat-template renders every request"),
     Field("input_ids", _where(CHAT), REFUSED, why="send 'messages'; the chat template makes the prompt"),
@@ -199,6 +202,15 @@ FIELDS = _index()
 def value(got: Dict[str, Any], api: str, name: str) -> Any:
     """A field of :func:`read`'s result, else its default on that surface (the table's)."""
     return got[name] if name in got else FIELDS[api][name].default
+
+
+def from_body(body: Dict[str, Any], api: str, name: str) -> Any:
+    """A field of a raw body, checked by its row, else its default on that surface."""
+    f = FIELDS[api][name]
+    value = body.get(name)
+    if value is None:
+        return f.default
+    return value if f.check is None else f.check(value, name)
 
 
 def sampling_default(name: str) -> Any:
