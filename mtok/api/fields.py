@@ -16,11 +16,13 @@ each field has one row here saying what mtok does with it:
 
 A field in no row is ignored and logged once (as vLLM does), or refused under
 ``--strict-fields``.  The table is the one place where a field's default and
-bounds are declared: :class:`~mtok.wire.io_struct.SamplingParams` takes its defaults
-from the ``sampling_params`` rows, and the routes read defaults through
-:func:`value`.  Where OpenAI's surface differs from SGLang's (the token budget's
-default, the shape of ``logprobs``), the field has one row per surface.  ``tests/test_fields.py`` walks this table against the
-pinned SGLang / vLLM / OpenAI schemas (``tests/data/pinned_request_fields.json``).
+bounds are declared: :class:`~mtok.wire.io_struct.SamplingParams` takes its
+defaults from the ``sampling_params`` rows, and the routes read defaults
+through :func:`value` and :func:`from_body`.  Where OpenAI's surface differs
+from SGLang's (the token budget's default, the shape of ``logprobs``), the
+field has one row per surface.  ``tests/test_fields.py`` walks this table
+against the pinned SGLang / vLLM / OpenAI schemas
+(``tests/data/pinned_request_fields.json``).
 """
 
 from __future__ import annotations
@@ -214,7 +216,8 @@ def from_body(body: Dict[str, Any], api: str, name: str) -> Any:
 
 
 def sampling_default(name: str) -> Any:
-    """The default of a ``sampling_params`` field (SGLang's), which :class:`~mtok.wire.io_struct.SamplingParams` takes."""
+    """The default of a ``sampling_params`` field (SGLang's): what
+    :class:`~mtok.wire.io_struct.SamplingParams` takes."""
     return FIELDS[SP][name].default
 
 

@@ -77,8 +77,8 @@ def parse_completion(body: Any, strict: bool = False) -> "tuple[GenerateReqInput
     echo = fields.value(got, fields.CMPL, "echo")
     opts = {"include_usage": stream_options(got), "echo": echo, "logprobs": logprobs}
     sp = openai_sampling(got, fields.CMPL, echo)
-    obj = GenerateReqInput(sampling_params=sp, stream=fields.value(got, fields.CMPL, "stream"), model=got.get("model"),
-                           lora_path=got.get("lora_path"), rid=got.get("rid"))
+    obj = GenerateReqInput(sampling_params=sp, stream=fields.value(got, fields.CMPL, "stream"),
+                           model=got.get("model"), lora_path=got.get("lora_path"), rid=got.get("rid"))
     if logprobs is not None:
         obj.logprobs = LogprobParams(start_len=0 if echo else -1, top_n=logprobs, with_text=True)
     parse_prompt(got["prompt"], obj)

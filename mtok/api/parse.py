@@ -10,6 +10,7 @@ set of checks.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Dict, List, Optional
 
@@ -101,9 +102,7 @@ def parse_generate(body: Any, strict: bool = False) -> GenerateReqInput:
 def logprob_params(got: Dict[str, Any]) -> Optional[LogprobParams]:
     if not got.get("return_logprob"):
         return None
-    def value(name: str) -> Any:
-        return fields.value(got, fields.GEN, name)
-
+    value = functools.partial(fields.value, got, fields.GEN)
     return LogprobParams(start_len=value("logprob_start_len"), top_n=value("top_logprobs_num"),
                          token_ids=value("token_ids_logprob"), with_text=value("return_text_in_logprobs"))
 
