@@ -8,6 +8,8 @@ pipeline caches whole words; this module only runs on cache misses.
 from __future__ import annotations
 
 import heapq
+import itertools
+import operator
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -39,7 +41,7 @@ class BPE:
         ignore_merges: bool = False,
     ):
         self.vocab = vocab
-        self.vocab_r = {i: t for t, i in vocab.items()}
+        self.vocab_r = dict(zip(vocab.values(), vocab.keys()))
         self.unk_token = unk_token
         self.prefix = continuing_subword_prefix
         self.suffix = end_of_word_suffix
@@ -51,6 +53,25 @@ class BPE:
         self._chunks: Dict[str, List[int]] = {}
 
     def _build_merges(self, merges: Sequence[Tuple[str, str]]) -> Dict[int, int]:
+        """The packed merge table, built with C-level ``map``s: no Python code runs per merge.
+
+        A 262k-entry file has ~260k merges; a Python loop over them costs a second.
+        """
+        if self.prefix:
+            return self._build_prefixed_merges(merges)
+        left, right = _columns(merges)
+        get = self.vocab.get
+        a_ids, b_ids = list(map(get, left)), list(map(get, right))
+        new_ids = list(map(get, map(operator.add, left, right)))
+        if None in a_ids or None in b_ids or None in new_ids:
+            _refuse_merges(self.vocab, merges)
+        keys = map(operator.or_, map(operator.lshift, a_ids, itertools.repeat(_SHIFT)), b_ids)
+        values = map(operator.or_, map(operator.lshift, range(len(new_ids)), itertools.repeat(_SHIFT)), new_ids)
+        # A repeated pair keeps its last rank, as the Rust HashMap does (and as dict() does).
+        return dict(zip(keys, values))
+
+    def _build_prefixed_merges(self, merges: Sequence[Tuple[str, str]]) -> Dict[int, int]:
+        """With a continuing-subword prefix the merged token drops the right part's prefix."""
         vocab = self.vocab
         strip = len(self.prefix.encode()) if self.prefix else 0
         table: Dict[int, int] = {}
@@ -58,11 +79,10 @@ class BPE:
             a_id, b_id = vocab.get(a), vocab.get(b)
             if a_id is None or b_id is None:
                 raise TokenizerError(f"BPE: merge token {a if a_id is None else b!r} is not in the vocabulary")
-            merged = a + (b.encode()[strip:].decode("utf-8", "replace") if strip else b)
+            merged = a + b.encode()[strip:].decode("utf-8", "replace")
             new_id = vocab.get(merged)
             if new_id is None:
                 raise TokenizerError(f"BPE: merged token {merged!r} is not in the vocabulary")
-            # A repeated pair keeps its last rank, as the Rust HashMap does.
             table[(a_id << _SHIFT) | b_id] = (rank << _SHIFT) | new_id
         return table
 
@@ -77,8 +97,9 @@ class BPE:
         mark = "\u2581"
         if self.prefix or self.suffix or mark not in self.vocab:
             return None
-        inner = re.compile(f"[^{mark}]{mark}")
-        if any(inner.search(t) for t in self.vocab):
+        # One search over all tokens joined by a character none of them holds.
+        sep = next(c for c in "\x00\uffff\U0010ffff" + "".join(map(chr, range(1, 32))) if not _holds(self.vocab, c))
+        if re.search(f"[^{mark}{re.escape(sep)}]{mark}", sep.join(self.vocab)):
             return None
         return re.compile(f"{mark}*[^{mark}]+|{mark}+")
 
@@ -224,16 +245,36 @@ class BPE:
         return [s for s in syms if s is not None]
 
 
+def _holds(vocab: Dict[str, int], c: str) -> bool:
+    return any(map(operator.contains, vocab, itertools.repeat(c)))
+
+
+def _columns(merges: Sequence[Tuple[str, str]]) -> Tuple[Sequence[str], Sequence[str]]:
+    """The left and the right parts of every merge, as two sequences."""
+    return list(map(operator.itemgetter(0), merges)), list(map(operator.itemgetter(1), merges))
+
+
+def _refuse_merges(vocab: Dict[str, int], merges: Sequence[Tuple[str, str]]) -> None:
+    """Name the first merge whose parts or result the vocabulary lacks."""
+    for a, b in merges:
+        for token, what in ((a, "merge token"), (b, "merge token"), (a + b, "merged token")):
+            if token not in vocab:
+                raise TokenizerError(f"BPE: {what} {token!r} is not in the vocabulary")
+
+
 def _parse_merges(merges: list) -> List[Tuple[str, str]]:
-    """Both serialised forms: ``"a b"`` strings (legacy) and ``["a", "b"]`` pairs."""
-    if all(isinstance(m, str) for m in merges):
-        pairs = []
-        for n, line in enumerate(m for m in merges if not m.startswith("#version")):
-            parts = line.split(" ")
-            if len(parts) != 2:
-                raise TokenizerError(f"BPE: merges invalid at line {n + 1}")
-            pairs.append((parts[0], parts[1]))
-        return pairs
-    if all(isinstance(m, list) and len(m) == 2 and all(isinstance(t, str) for t in m) for m in merges):
-        return [(a, b) for a, b in merges]
+    """Both serialised forms: ``"a b"`` strings (legacy) and ``["a", "b"]`` pairs; checked with C-level ``map``s."""
+    kinds = set(map(type, merges))
+    if kinds <= {str}:
+        if any(map(operator.methodcaller("startswith", "#version"), merges)):
+            merges = [m for m in merges if not m.startswith("#version")]
+        pairs = list(map(operator.methodcaller("split", " "), merges))
+        if set(map(len, pairs)) - {2}:
+            n = next(i for i, p in enumerate(pairs) if len(p) != 2)
+            raise TokenizerError(f"BPE: merges invalid at line {n + 1}")
+        return pairs  # type: ignore[return-value]
+    if kinds == {list} and set(map(len, merges)) == {2}:
+        left, right = _columns(merges)
+        if set(map(type, left)) | set(map(type, right)) == {str}:
+            return merges
     raise TokenizerError("BPE: merges must be all 'a b' strings or all [a, b] pairs")
