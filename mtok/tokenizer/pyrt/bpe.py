@@ -132,9 +132,13 @@ class BPE:
                 return [whole]
         if self._chunker is None or len(word) < _CHUNK_MIN:
             return self._merge(self._symbols(word))
+        return self.tokenize_chunks(self._chunker.findall(word))
+
+    def tokenize_chunks(self, chunks: Sequence[str]) -> List[int]:
+        """The ids of text cut where no merge can join (see ``_find_chunker``), each chunk cached."""
         ids: List[int] = []
         cache = self._chunks
-        for chunk in self._chunker.findall(word):
+        for chunk in chunks:
             hit = cache.get(chunk)
             if hit is None:
                 hit = self._merge(self._symbols(chunk))
@@ -159,7 +163,7 @@ class BPE:
         """One id per character, before any merge (tokenizers' ``merge_word``)."""
         vocab = self.vocab
         if not self.prefix and not self.suffix:
-            ids = [vocab.get(c) for c in word]
+            ids = list(map(vocab.get, word))
             if None not in ids:
                 return ids  # type: ignore[return-value]
         out: List[int] = []
@@ -197,6 +201,8 @@ class BPE:
 
     def _merge(self, ids: List[int]) -> List[int]:
         """Apply the lowest-ranked merge (leftmost on ties) until none applies."""
+        if len(ids) < 2:
+            return ids
         if len(ids) > _LINEAR_LIMIT:
             return self._merge_heap(ids)
         get = self._merges.get
