@@ -1,8 +1,12 @@
 """The BPE model: a word in, token ids out.
 
-Merges are kept as one dict from a packed pair of ids to a packed
-``(rank, merged id)``, so finding the best merge is an integer ``min``.  The
-pipeline caches whole words; this module only runs on cache misses.
+Merges are kept as one dict from a packed pair of ids ``left * width + right``
+to a packed ``rank * width + merged id`` (``width``: one more than the largest
+id), so finding the best merge is an integer ``min``.  Packing by the width, not
+by a power of two, lets both ids reach the low bits that index the dict (no probe
+chains for pairs sharing their right part) and keeps the keys of a 32k
+vocabulary in one machine digit.  The pipeline caches whole words; this module
+only runs on cache misses.
 """
 
 from __future__ import annotations
@@ -15,9 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import TokenizerError
 
-_SHIFT = 32
-_MASK = (1 << _SHIFT) - 1
-_NONE = 1 << 62  # "no merge": ranks are below 2**30, so this packs above any real one
+_NONE = 1 << 62  # "no merge": ranks are below 2**30 and ids below 2**32, so this is above any real one
 # Words with more symbols than this merge with a heap instead of rescans.
 _LINEAR_LIMIT = 256
 # Long words of SentencePiece-style files are merged in pieces, cached here.
@@ -48,6 +50,7 @@ class BPE:
         self.fuse_unk = fuse_unk
         self.byte_fallback = byte_fallback
         self.ignore_merges = ignore_merges
+        self._width = max(vocab.values(), default=0) + 1
         self._merges = self._build_merges(merges)
         self._chunker = self._find_chunker()
         self._chunks: Dict[str, List[int]] = {}
@@ -65,8 +68,9 @@ class BPE:
         new_ids = list(map(get, map(operator.add, left, right)))
         if None in a_ids or None in b_ids or None in new_ids:
             _refuse_merges(self.vocab, merges)
-        keys = map(operator.or_, map(operator.lshift, a_ids, itertools.repeat(_SHIFT)), b_ids)
-        values = map(operator.or_, map(operator.lshift, range(len(new_ids)), itertools.repeat(_SHIFT)), new_ids)
+        width = itertools.repeat(self._width)
+        keys = map(operator.add, map(operator.mul, a_ids, width), b_ids)
+        values = map(operator.add, map(operator.mul, range(len(new_ids)), width), new_ids)
         # A repeated pair keeps its last rank, as the Rust HashMap does (and as dict() does).
         return dict(zip(keys, values))
 
@@ -83,7 +87,7 @@ class BPE:
             new_id = vocab.get(merged)
             if new_id is None:
                 raise TokenizerError(f"BPE: merged token {merged!r} is not in the vocabulary")
-            table[(a_id << _SHIFT) | b_id] = (rank << _SHIFT) | new_id
+            table[a_id * self._width + b_id] = rank * self._width + new_id
         return table
 
     def _find_chunker(self) -> Optional["re.Pattern[str]"]:
@@ -201,51 +205,55 @@ class BPE:
 
     def _merge(self, ids: List[int]) -> List[int]:
         """Apply the lowest-ranked merge (leftmost on ties) until none applies."""
-        if len(ids) < 2:
+        n = len(ids) - 1  # pairs
+        if n < 1:
             return ids
-        if len(ids) > _LINEAR_LIMIT:
+        if n >= _LINEAR_LIMIT:
             return self._merge_heap(ids)
-        get = self._merges.get
-        ranks = [get((a << _SHIFT) | b, _NONE) for a, b in zip(ids, ids[1:])]
-        while ranks:
-            best = min(ranks)
-            if best == _NONE:
-                break
+        get, width = self._merges.get, self._width
+        ranks = [get(a * width + b, _NONE) for a, b in zip(ids, ids[1:])]
+        best = min(ranks)
+        while best != _NONE:
             i = ranks.index(best)
-            ids[i : i + 2] = [best & _MASK]
+            ids[i] = best % width
+            del ids[i + 1]
             del ranks[i]
+            n -= 1
             if i:
-                ranks[i - 1] = get((ids[i - 1] << _SHIFT) | ids[i], _NONE)
-            if i < len(ranks):
-                ranks[i] = get((ids[i] << _SHIFT) | ids[i + 1], _NONE)
+                ranks[i - 1] = get(ids[i - 1] * width + ids[i], _NONE)
+            if i < n:
+                ranks[i] = get(ids[i] * width + ids[i + 1], _NONE)
+            elif not n:
+                break
+            best = min(ranks)
         return ids
 
     def _merge_heap(self, ids: List[int]) -> List[int]:
         """The same merges in O(n log n), over a linked list of symbols."""
-        get = self._merges.get
+        get, width = self._merges.get, self._width
         n = len(ids)
         syms: List[Optional[int]] = list(ids)
         nxt = list(range(1, n)) + [-1]
         prv = list(range(-1, n - 1))
-        heap = [(r, i) for i, r in enumerate(get((a << _SHIFT) | b) for a, b in zip(ids, ids[1:])) if r is not None]
+        heap = [(r, i) for i, r in enumerate(get(a * width + b) for a, b in zip(ids, ids[1:])) if r is not None]
         heapq.heapify(heap)
         while heap:
             packed, i = heapq.heappop(heap)
             j = nxt[i]
             left = syms[i]
-            if left is None or j < 0 or get((left << _SHIFT) | syms[j]) != packed:  # type: ignore[operator]
+            if left is None or j < 0 or get(left * width + syms[j]) != packed:  # type: ignore[operator]
                 continue  # stale entry
-            syms[i] = merged = packed & _MASK
+            syms[i] = merged = packed % width
             syms[j] = None
             k = nxt[i] = nxt[j]
             if k >= 0:
                 prv[k] = i
-                right = get((merged << _SHIFT) | syms[k])  # type: ignore[operator]
+                right = get(merged * width + syms[k])  # type: ignore[operator]
                 if right is not None:
                     heapq.heappush(heap, (right, i))
             p = prv[i]
             if p >= 0:
-                before = get((syms[p] << _SHIFT) | merged)  # type: ignore[operator]
+                before = get(syms[p] * width + merged)  # type: ignore[operator]
                 if before is not None:
                     heapq.heappush(heap, (before, p))
         return [s for s in syms if s is not None]
