@@ -54,6 +54,10 @@ class BPE:
         self._merges = self._build_merges(merges)
         self._chunker = self._find_chunker()
         self._chunks: Dict[str, List[int]] = {}
+        # With every <0xNN> token present, an unknown character is always its bytes' ids.
+        self._bytes_ids: Optional[List[int]] = None
+        if byte_fallback and all(t in vocab for t in BYTE_TOKENS):
+            self._bytes_ids = [vocab[t] for t in BYTE_TOKENS]
 
     def _build_merges(self, merges: Sequence[Tuple[str, str]]) -> Dict[int, int]:
         """The packed merge table, built with C-level ``map``s: no Python code runs per merge.
@@ -170,6 +174,8 @@ class BPE:
             ids = list(map(vocab.get, word))
             if None not in ids:
                 return ids  # type: ignore[return-value]
+            if self._bytes_ids is not None:
+                return self._with_bytes(word, ids)
         out: List[int] = []
         unk: Optional[int] = None  # a pending unknown, emitted when a known piece follows
         last = len(word) - 1
@@ -201,6 +207,17 @@ class BPE:
                 raise TokenizerError(f"BPE: unk token {self.unk_token!r} is not in the vocabulary")
         if unk is not None:
             out.append(unk)
+        return out
+
+    def _with_bytes(self, word: str, ids: List[Optional[int]]) -> List[int]:
+        """``ids`` with each unknown character replaced by the ids of its UTF-8 bytes."""
+        table = self._bytes_ids
+        out: List[int] = []
+        for c, i in zip(word, ids):
+            if i is None:
+                out += [table[b] for b in c.encode()]  # type: ignore[index]
+            else:
+                out.append(i)
         return out
 
     def _merge(self, ids: List[int]) -> List[int]:
