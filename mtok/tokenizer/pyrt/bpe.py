@@ -106,8 +106,13 @@ class BPE:
         if self.prefix or self.suffix or mark not in self.vocab:
             return None
         # One search over all tokens joined by a character none of them holds.
-        sep = next(c for c in "\x00\uffff\U0010ffff" + "".join(map(chr, range(1, 32))) if not _holds(self.vocab, c))
-        if re.search(f"[^{mark}{re.escape(sep)}]{mark}", sep.join(self.vocab)):
+        for sep in "\x00\uffff\U0010ffff" + "".join(map(chr, range(1, 32))):
+            joined = sep.join(self.vocab)
+            if joined.count(sep) == len(self.vocab) - 1:
+                break
+        else:
+            return None
+        if re.search(f"[^{mark}{re.escape(sep)}]{mark}", joined):
             return None
         return re.compile(f"{mark}*[^{mark}]+|{mark}+")
 
@@ -274,10 +279,6 @@ class BPE:
                 if before is not None:
                     heapq.heappush(heap, (before, p))
         return [s for s in syms if s is not None]
-
-
-def _holds(vocab: Dict[str, int], c: str) -> bool:
-    return any(map(operator.contains, vocab, itertools.repeat(c)))
 
 
 def _columns(merges: Sequence[Tuple[str, str]]) -> Tuple[Sequence[str], Sequence[str]]:
