@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-import operator
 import re
 import unicodedata
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -166,12 +165,12 @@ def _category_table() -> Dict[str, Tuple[Range, ...]]:
     """
     table: Dict[str, List[Range]] = {}
     for lo, hi in ((0, 0x3FFFF), (0xE0000, 0xE0FFF)):
-        # Where the category changes, found with C-level maps (a Python step per code
-        # point made this a third of a second, paid by the first text that needs it).
-        cats = list(map(unicodedata.category, map(chr, range(lo, hi + 1))))
-        starts = [0] + list(itertools.compress(range(1, len(cats)), map(operator.ne, cats[1:], cats[:-1])))
-        for start, stop in zip(starts, starts[1:] + [len(cats)]):
-            table.setdefault(cats[start], []).append((lo + start, lo + stop - 1))
+        cats = map(unicodedata.category, map(chr, range(lo, hi + 1)))
+        start = lo
+        for cat, run in itertools.groupby(cats):
+            n = sum(1 for _ in run)
+            table.setdefault(cat, []).append((start, start + n - 1))
+            start += n
     table.setdefault("Cn", []).extend([(0x40000, 0xDFFFF), (0xE1000, 0xEFFFF)])
     for plane in (0xF0000, 0x100000):
         table.setdefault("Co", []).append((plane, plane + 0xFFFD))
