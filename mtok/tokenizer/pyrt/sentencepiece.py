@@ -4,11 +4,10 @@ Those files have no pre-tokenizer, a normalizer that only marks spaces
 (``Replace(" ", "▁")``, after ``Prepend("▁")`` in the Llama family) and a BPE
 model whose text can be cut at each ``▁`` run without changing its tokens (see
 ``BPE._find_chunker``).  The general pipeline runs the normalizer Sequence step
-by step, looks the whole text up in the word cache (a miss for all but short
-texts, and a wasted entry for every short one), then hands it to the model,
-which cuts it.  This path normalizes with one ``str.replace``, cuts with one
-regex and goes straight to the model's chunk cache, in one loop: the same ids
-with less work per call.  Any other shape keeps the general pipeline.
+by step, then the pre-tokenizer dispatch, then the model, which cuts the text.
+This path normalizes with one ``str.replace``; a short text seen before is one
+lookup in the pipeline's word cache; any other is cut with one regex and goes
+straight to the model's chunk cache, in one loop: the same ids with less work.  Any other shape keeps the general pipeline.
 """
 
 from __future__ import annotations
@@ -64,13 +63,16 @@ def sentencepiece_encoder(tokenizer) -> Optional[Callable[[str], List[int]]]:
         def tokenize(piece: str) -> List[int]:
             return tokenize_chunks(cut(piece))
 
+    cache, remember = tokenizer._cache, tokenizer._remember
+
     def encode(text: str) -> List[int]:
         ids: List[int] = []
         for piece, tok_id, _ in segments(text, normalize):
             if tok_id is not None:
                 ids.append(tok_id)
-            else:
-                ids += tokenize(piece)
+                continue
+            hit = cache.get(piece)  # a short text seen before: one lookup, as in the pipeline
+            ids += hit if hit is not None else remember(piece, tokenize(piece))
         return ids
 
     return encode

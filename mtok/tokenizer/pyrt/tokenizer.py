@@ -195,7 +195,10 @@ class Tokenizer:
         return ids
 
     def _tokenize_word(self, word: str) -> List[int]:
-        ids = self.model.tokenize(self._transform(word) if self._transform is not None else word)
+        return self._remember(word, self.model.tokenize(self._transform(word) if self._transform is not None else word))
+
+    def _remember(self, word: str, ids: List[int]) -> List[int]:
+        """Keep ``ids`` in the word cache when ``word`` is short enough; return them."""
         if len(word) < _CACHE_WORD_LEN:
             if len(self._cache) >= _CACHE_ENTRIES:
                 self._cache.clear()
