@@ -22,7 +22,6 @@ from .decoders import Decoder, decoder_from_json
 from .normalizers import aligned_prefix, normalizer_from_json
 from .pre_tokenizers import pre_tokenizer_from_json
 from .processors import processor_from_json
-from .sentencepiece import sentencepiece_encoder
 
 # Words longer than this are tokenized every time (as in tokenizers' BPE cache).
 _CACHE_WORD_LEN = 256
@@ -140,8 +139,6 @@ class Tokenizer:
         self._transform = self.pre_tokenizer.transform if self.pre_tokenizer is not None else None
         self._cache: Dict[str, List[int]] = {}
         self._token_str: Dict[int, str] = {}
-        # Llama-2/Mistral/Phi-3/Gemma files take a fused path (same ids, less work per call).
-        self._sentencepiece = sentencepiece_encoder(self)
 
     @classmethod
     def from_str(cls, json_text: str) -> "Tokenizer":
@@ -178,8 +175,6 @@ class Tokenizer:
             text.encode("utf-8")
         except UnicodeEncodeError as e:  # lone surrogates: tokenizers refuses them too
             raise TokenizerError(f"text is not valid Unicode: {e}") from None
-        if self._sentencepiece is not None:
-            return self._sentencepiece(text)
         ids: List[int] = []
         cache = self._cache
         split = self._split
@@ -195,10 +190,7 @@ class Tokenizer:
         return ids
 
     def _tokenize_word(self, word: str) -> List[int]:
-        return self._remember(word, self.model.tokenize(self._transform(word) if self._transform is not None else word))
-
-    def _remember(self, word: str, ids: List[int]) -> List[int]:
-        """Keep ``ids`` in the word cache when ``word`` is short enough; return them."""
+        ids = self.model.tokenize(self._transform(word) if self._transform is not None else word)
         if len(word) < _CACHE_WORD_LEN:
             if len(self._cache) >= _CACHE_ENTRIES:
                 self._cache.clear()
