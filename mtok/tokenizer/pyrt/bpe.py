@@ -5,7 +5,7 @@ to a packed ``rank * width + merged id`` (``width``: one more than the largest
 id), so finding the best merge is an integer ``min``.  Packing by the width, not
 by a power of two, lets both ids reach the low bits that index the dict (no probe
 chains for pairs sharing their right part) and keeps the keys of a 32k
-vocabulary in one machine digit.  The pipeline caches whole words; this module
+vocabulary below 2**30 (one CPython digit).  The pipeline caches whole words; this module
 only runs on cache misses.
 """
 

@@ -143,7 +143,7 @@ class Tokenizer:
     @classmethod
     def from_str(cls, json_text: str) -> "Tokenizer":
         # A large file is hundreds of thousands of small lists and dicts: without the
-        # cyclic collector running over them again and again, loading takes ~20 % less.
+        # cyclic collector running over them again and again, json parses them ~20 % faster.
         collecting = gc.isenabled()
         gc.disable()
         try:
