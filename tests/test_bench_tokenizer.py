@@ -29,3 +29,24 @@ def test_tokenizer_bench_writes_rows(tmp_path):
     for key in ("load_s", "encode_cold_mb_s", "encode_warm_mb_s", "encode_warm_tokens_s", "decode_mb_s"):
         assert row[key] > 0, key
     assert "enc warm MB/s" in proc.stdout
+
+
+def test_tokenizer_bench_multi_script_text_on_the_cpu_clock(tmp_path):
+    from mtok.bench.tokenizer import cjk_prose, documents
+
+    measured, warm = documents(4, 4, text="multi")
+    prose = cjk_prose()
+    if prose:  # this Python ships test/cjkencodings
+        assert all(any("\u3040" <= c <= "\u9fff" or "\uac00" <= c <= "\ud7a3" for c in d) for d in measured + warm)
+    out = tmp_path / "tok.json"
+    path = os.path.join(DEFAULT_TOKENIZER_DIR, "tokenizer.json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mtok.bench", "tokenizer", path, "--docs", "4", "--warm", "4", "--repeat", "1",
+         "--text", "multi", "--clock", "cpu", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["params"]["text"] == "multi" and doc["params"]["clock"] == "cpu"
+    mine = [r for r in doc["results"] if r["backend"] == "mtok"]
+    assert len(mine) == 1 and "note" not in mine[0] and mine[0]["encode_cold_mb_s"] > 0, mine

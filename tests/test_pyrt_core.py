@@ -206,13 +206,13 @@ def _linear_reference(model: BPE, word: str):
     while len(ids) > 1:
         best = None
         for i in range(len(ids) - 1):
-            v = model._merges.get((ids[i] << 32) | ids[i + 1])
+            v = model._merges.get(ids[i] * model._width + ids[i + 1])
             if v is not None and (best is None or v < best[0]):
                 best = (v, i)
         if best is None:
             break
         v, i = best
-        ids[i : i + 2] = [v & 0xFFFFFFFF]
+        ids[i : i + 2] = [v % model._width]
     return ids
 
 

@@ -8,7 +8,11 @@ encode and decode throughput over single calls on ~2 KB documents of natural
 text, one thread: encode with the word cache cold (a fresh load) and warmed on
 *other* documents than those measured (``--warm`` of them, the way earlier
 traffic warms a server).  The text is the docstrings of the running Python's
-standard library (PSF License), read from its sources.
+standard library (PSF License), read from its sources; ``--text multi`` puts into
+each document, after ~3/4 of docstrings, a window of the Chinese, Japanese and
+Korean prose of the stdlib's codec tests (``test/cjkencodings``, PSF), when this
+Python has them.  That prose is only ~2 KB, so it repeats across documents: the
+warm figure flatters it, the cold one much less.
 
 Only the standard library is needed; ``tokenizers`` and ``tiktoken`` are
 measured when importable.
@@ -20,6 +24,7 @@ import argparse
 import glob
 import os
 import sys
+import sysconfig
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -30,6 +35,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 DOC_SIZE = 2000
+
+# The clock every figure is read on: wall time, or with --clock cpu this process's CPU
+# time, which other work on a shared machine disturbs far less (both backends run in
+# one thread here, so the two agree on an idle machine).
+clock = time.perf_counter
 
 Encode = Callable[[str], List[int]]
 Decode = Callable[[List[int]], str]
@@ -47,13 +57,37 @@ def stdlib_docstrings() -> List[str]:
     return out
 
 
-def documents(count: int, warm: int, size: int = DOC_SIZE) -> Tuple[List[str], List[str]]:
+def cjk_prose() -> str:
+    """The distinct texts of the stdlib's CJK codec tests, joined ("" when this Python lacks them)."""
+    folder = os.path.join(sysconfig.get_paths()["stdlib"], "test", "cjkencodings")
+    texts: List[str] = []
+    for path in sorted(glob.glob(os.path.join(folder, "*-utf8.txt"))):
+        text = stdlib_text.read(path)
+        if text and len(text) > 100 and text not in texts:
+            texts.append(text)
+    return "\n".join(texts)
+
+
+def multi_script(docs: List[str], prose: str, salt: int) -> List[str]:
+    """Each document's last quarter replaced by a window of ``prose`` at a document-dependent offset."""
+    if not prose:
+        return docs
+    out = []
+    for i, doc in enumerate(docs):
+        n = len(doc) // 4
+        start = (i * 7919 + salt) % len(prose)
+        window = (prose[start:] + "\n" + prose)[:n]
+        out.append(doc[: len(doc) - n] + window)
+    return out
+
+
+def documents(count: int, warm: int, size: int = DOC_SIZE, text: str = "docstrings") -> Tuple[List[str], List[str]]:
     """``count`` documents to measure, spread over the whole library, and up to ``warm``
     *other* documents to warm caches with, as a server's earlier traffic would."""
     docs: List[str] = []
     current = ""
-    for text in stdlib_docstrings():
-        current = f"{current}\n\n{text}" if current else text
+    for doc in stdlib_docstrings():
+        current = f"{current}\n\n{doc}" if current else doc
         if len(current) >= size:
             docs.append(current[:size])
             current = ""
@@ -61,7 +95,12 @@ def documents(count: int, warm: int, size: int = DOC_SIZE) -> Tuple[List[str], L
         raise SystemExit(f"only {len(docs)} documents in this Python's stdlib; ask for at most {len(docs) // 2}")
     step = len(docs) // count
     measured = set(range(0, step * count, step))
-    return [docs[i] for i in sorted(measured)], [d for i, d in enumerate(docs) if i not in measured][:warm]
+    chosen = [docs[i] for i in sorted(measured)]
+    others = [d for i, d in enumerate(docs) if i not in measured][:warm]
+    if text == "multi":
+        prose = cjk_prose()
+        return multi_script(chosen, prose, 0), multi_script(others, prose, 1000)
+    return chosen, others
 
 
 # -- backends ------------------------------------------------------------------------
@@ -73,9 +112,9 @@ class Backend:
 
     def __init__(self, path: str):
         self.path = path
-        start = time.perf_counter()
+        start = clock()
         self.encode, self.decode = self.load(path)
-        self.load_s = time.perf_counter() - start
+        self.load_s = clock() - start
 
     def load(self, path: str) -> Tuple[Encode, Decode]:
         raise NotImplementedError
@@ -122,16 +161,16 @@ def available(module: str) -> bool:
 # -- measuring -----------------------------------------------------------------------
 
 def _encode_all(encode: Encode, docs: Sequence[str]) -> Tuple[float, List[List[int]]]:
-    start = time.perf_counter()
+    start = clock()
     ids = [encode(d) for d in docs]
-    return time.perf_counter() - start, ids
+    return clock() - start, ids
 
 
 def _decode_all(decode: Decode, seqs: Sequence[List[int]]) -> float:
-    start = time.perf_counter()
+    start = clock()
     for ids in seqs:
         decode(ids)
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def measure(make: Callable[[], Backend], docs: List[str], warm: List[str], repeat: int) -> Dict:
@@ -168,14 +207,16 @@ def default_files() -> List[str]:
 COLUMNS = [
     ("file", "file"), ("backend", "backend"), ("load s", "load_s"), ("enc cold MB/s", "encode_cold_mb_s"),
     ("enc warm MB/s", "encode_warm_mb_s"), ("enc tokens/s", "encode_warm_tokens_s"), ("dec MB/s", "decode_mb_s"),
-    ("dec tokens/s", "decode_tokens_s"), ("vs tokenizers", "vs_tokenizers"), ("note", "note"),
+    ("dec tokens/s", "decode_tokens_s"), ("vs tokenizers", "vs_tokenizers"), ("cold vs", "cold_vs_tokenizers"),
+    ("note", "note"),
 ]
 
 
-def run(files: List[str], count: int, warm_count: int, repeat: int) -> List[Dict]:
-    docs, warm = documents(count, warm_count)
+def run(files: List[str], count: int, warm_count: int, repeat: int, text: str = "docstrings") -> List[Dict]:
+    docs, warm = documents(count, warm_count, text=text)
     nbytes = sum(len(d.encode("utf-8")) for d in docs)
-    print(f"{len(docs)} documents of ~{DOC_SIZE} characters ({nbytes / 1e6:.2f} MB) of stdlib docstrings, one "
+    what = "stdlib docstrings" + (" and CJK prose" if text == "multi" else "")
+    print(f"{len(docs)} documents of ~{DOC_SIZE} characters ({nbytes / 1e6:.2f} MB) of {what}, one "
           f"encode/decode call each; encode cold and warmed on {len(warm)} other documents; best of {repeat}")
     rows: List[Dict] = []
     have_hf = available("tokenizers")
@@ -191,6 +232,7 @@ def run(files: List[str], count: int, warm_count: int, repeat: int) -> List[Dict
         if have_hf:
             hf = measure(lambda: HFBackend(path), docs, warm, repeat)
             mine["vs_tokenizers"] = round(mine["encode_warm_mb_s"] / hf["encode_warm_mb_s"], 2)
+            mine["cold_vs_tokenizers"] = round(mine["encode_cold_mb_s"] / hf["encode_cold_mb_s"], 2)
             if mine["_ids"] != hf["_ids"]:
                 mine["note"] = "ids differ from tokenizers"  # a conformance bug, whatever the speed
             rows.append(hf)
@@ -211,12 +253,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--docs", type=int, default=150, help="documents to measure (default 150)")
     parser.add_argument("--warm", type=int, default=1000, help="other documents that warm the caches (default 1000, or all the stdlib has)")
     parser.add_argument("--repeat", type=int, default=3, help="warm runs; the best counts (default 3)")
+    parser.add_argument("--text", choices=("docstrings", "multi"), default="docstrings",
+                        help="docstrings only, or with CJK prose in each document (default docstrings)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall time, or this process's CPU time (steadier on a shared machine)")
+    parser.add_argument("--make-262k", metavar="OUT",
+                        help="write a Gemma-3-sized (262,144) SentencePiece-BPE tokenizer.json trained on this "
+                             "Python's stdlib (needs tokenizers) to OUT, then measure the files given")
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
     args = parser.parse_args(argv)
+    global clock
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.make_262k:
+        from .tokenizer_262k import write_262k
+
+        write_262k(args.make_262k)
     files = args.files or default_files()
-    rows = run(files, args.docs, args.warm, max(1, args.repeat))
+    rows = run(files, args.docs, args.warm, max(1, args.repeat), args.text)
     versions = {m: getattr(sys.modules.get(m), "__version__", None) for m in ("tokenizers", "tiktoken")}
-    params = {"files": files, "documents": args.docs, "warm_documents": args.warm, "doc_chars": DOC_SIZE,
+    params = {"files": files, "text": args.text, "clock": args.clock, "documents": args.docs, "warm_documents": args.warm, "doc_chars": DOC_SIZE,
               "repeat": args.repeat, **versions}
     report.write_json(args.json, "tokenizer", params, rows)
     return 0

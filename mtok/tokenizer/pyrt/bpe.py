@@ -1,21 +1,25 @@
 """The BPE model: a word in, token ids out.
 
-Merges are kept as one dict from a packed pair of ids to a packed
-``(rank, merged id)``, so finding the best merge is an integer ``min``.  The
-pipeline caches whole words; this module only runs on cache misses.
+Merges are kept as one dict from a packed pair of ids ``left * width + right``
+to a packed ``rank * width + merged id`` (``width``: one more than the largest
+id), so finding the best merge is an integer ``min``.  Packing by the width, not
+by a power of two, lets both ids reach the low bits that index the dict (no probe
+chains for pairs sharing their right part) and keeps the keys of a 32k
+vocabulary below 2**30 (one CPython digit).  The pipeline caches whole words; this module
+only runs on cache misses.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
+import operator
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import TokenizerError
 
-_SHIFT = 32
-_MASK = (1 << _SHIFT) - 1
-_NONE = 1 << 62  # "no merge": ranks are below 2**30, so this packs above any real one
+_NONE = 1 << 62  # "no merge": ranks are below 2**30 and ids below 2**32, so this is above any real one
 # Words with more symbols than this merge with a heap instead of rescans.
 _LINEAR_LIMIT = 256
 # Long words of SentencePiece-style files are merged in pieces, cached here.
@@ -39,18 +43,43 @@ class BPE:
         ignore_merges: bool = False,
     ):
         self.vocab = vocab
-        self.vocab_r = {i: t for t, i in vocab.items()}
+        self.vocab_r = dict(zip(vocab.values(), vocab.keys()))
         self.unk_token = unk_token
         self.prefix = continuing_subword_prefix
         self.suffix = end_of_word_suffix
         self.fuse_unk = fuse_unk
         self.byte_fallback = byte_fallback
         self.ignore_merges = ignore_merges
+        self._width = max(vocab.values(), default=0) + 1
         self._merges = self._build_merges(merges)
         self._chunker = self._find_chunker()
         self._chunks: Dict[str, List[int]] = {}
+        # With every <0xNN> token present, an unknown character is always its bytes' ids.
+        self._bytes_ids: Optional[List[int]] = None
+        if byte_fallback and all(t in vocab for t in BYTE_TOKENS):
+            self._bytes_ids = [vocab[t] for t in BYTE_TOKENS]
 
     def _build_merges(self, merges: Sequence[Tuple[str, str]]) -> Dict[int, int]:
+        """The packed merge table, built with C-level ``map``s: no Python code runs per merge.
+
+        A 262k-entry file has ~260k merges; a Python loop over them costs a second.
+        """
+        if self.prefix:
+            return self._build_prefixed_merges(merges)
+        left, right = _columns(merges)
+        get = self.vocab.get
+        a_ids, b_ids = list(map(get, left)), list(map(get, right))
+        new_ids = list(map(get, map(operator.add, left, right)))
+        if None in a_ids or None in b_ids or None in new_ids:
+            _refuse_merges(self.vocab, merges)
+        width = itertools.repeat(self._width)
+        keys = map(operator.add, map(operator.mul, a_ids, width), b_ids)
+        values = map(operator.add, map(operator.mul, range(len(new_ids)), width), new_ids)
+        # A repeated pair keeps its last rank, as the Rust HashMap does (and as dict() does).
+        return dict(zip(keys, values))
+
+    def _build_prefixed_merges(self, merges: Sequence[Tuple[str, str]]) -> Dict[int, int]:
+        """With a continuing-subword prefix the merged token drops the right part's prefix."""
         vocab = self.vocab
         strip = len(self.prefix.encode()) if self.prefix else 0
         table: Dict[int, int] = {}
@@ -58,12 +87,11 @@ class BPE:
             a_id, b_id = vocab.get(a), vocab.get(b)
             if a_id is None or b_id is None:
                 raise TokenizerError(f"BPE: merge token {a if a_id is None else b!r} is not in the vocabulary")
-            merged = a + (b.encode()[strip:].decode("utf-8", "replace") if strip else b)
+            merged = a + b.encode()[strip:].decode("utf-8", "replace")
             new_id = vocab.get(merged)
             if new_id is None:
                 raise TokenizerError(f"BPE: merged token {merged!r} is not in the vocabulary")
-            # A repeated pair keeps its last rank, as the Rust HashMap does.
-            table[(a_id << _SHIFT) | b_id] = (rank << _SHIFT) | new_id
+            table[a_id * self._width + b_id] = rank * self._width + new_id
         return table
 
     def _find_chunker(self) -> Optional["re.Pattern[str]"]:
@@ -77,8 +105,14 @@ class BPE:
         mark = "\u2581"
         if self.prefix or self.suffix or mark not in self.vocab:
             return None
-        inner = re.compile(f"[^{mark}]{mark}")
-        if any(inner.search(t) for t in self.vocab):
+        # One search over all tokens joined by a character none of them holds.
+        for sep in "\x00\uffff\U0010ffff" + "".join(map(chr, range(1, 32))):
+            joined = sep.join(self.vocab)
+            if joined.count(sep) == len(self.vocab) - 1:
+                break
+        else:
+            return None
+        if re.search(f"[^{mark}{re.escape(sep)}]{mark}", joined):
             return None
         return re.compile(f"{mark}*[^{mark}]+|{mark}+")
 
@@ -111,9 +145,13 @@ class BPE:
                 return [whole]
         if self._chunker is None or len(word) < _CHUNK_MIN:
             return self._merge(self._symbols(word))
+        return self.tokenize_chunks(self._chunker.findall(word))
+
+    def tokenize_chunks(self, chunks: Sequence[str]) -> List[int]:
+        """The ids of text cut where no merge can join (see ``_find_chunker``), each chunk cached."""
         ids: List[int] = []
         cache = self._chunks
-        for chunk in self._chunker.findall(word):
+        for chunk in chunks:
             hit = cache.get(chunk)
             if hit is None:
                 hit = self._merge(self._symbols(chunk))
@@ -138,9 +176,11 @@ class BPE:
         """One id per character, before any merge (tokenizers' ``merge_word``)."""
         vocab = self.vocab
         if not self.prefix and not self.suffix:
-            ids = [vocab.get(c) for c in word]
+            ids = list(map(vocab.get, word))
             if None not in ids:
                 return ids  # type: ignore[return-value]
+            if self._bytes_ids is not None:
+                return self._with_bytes(word, ids)
         out: List[int] = []
         unk: Optional[int] = None  # a pending unknown, emitted when a known piece follows
         last = len(word) - 1
@@ -174,66 +214,99 @@ class BPE:
             out.append(unk)
         return out
 
+    def _with_bytes(self, word: str, ids: List[Optional[int]]) -> List[int]:
+        """``ids`` with each unknown character replaced by the ids of its UTF-8 bytes."""
+        table = self._bytes_ids
+        out: List[int] = []
+        for c, i in zip(word, ids):
+            if i is None:
+                out += [table[b] for b in c.encode()]  # type: ignore[index]
+            else:
+                out.append(i)
+        return out
+
     def _merge(self, ids: List[int]) -> List[int]:
         """Apply the lowest-ranked merge (leftmost on ties) until none applies."""
-        if len(ids) > _LINEAR_LIMIT:
+        n = len(ids) - 1  # pairs
+        if n < 1:
+            return ids
+        if n >= _LINEAR_LIMIT:
             return self._merge_heap(ids)
-        get = self._merges.get
-        ranks = [get((a << _SHIFT) | b, _NONE) for a, b in zip(ids, ids[1:])]
-        while ranks:
-            best = min(ranks)
-            if best == _NONE:
-                break
+        get, width = self._merges.get, self._width
+        ranks = [get(a * width + b, _NONE) for a, b in zip(ids, ids[1:])]
+        best = min(ranks)
+        while best != _NONE:
             i = ranks.index(best)
-            ids[i : i + 2] = [best & _MASK]
+            ids[i] = best % width
+            del ids[i + 1]
             del ranks[i]
+            n -= 1
             if i:
-                ranks[i - 1] = get((ids[i - 1] << _SHIFT) | ids[i], _NONE)
-            if i < len(ranks):
-                ranks[i] = get((ids[i] << _SHIFT) | ids[i + 1], _NONE)
+                ranks[i - 1] = get(ids[i - 1] * width + ids[i], _NONE)
+            if i < n:
+                ranks[i] = get(ids[i] * width + ids[i + 1], _NONE)
+            elif not n:
+                break
+            best = min(ranks)
         return ids
 
     def _merge_heap(self, ids: List[int]) -> List[int]:
         """The same merges in O(n log n), over a linked list of symbols."""
-        get = self._merges.get
+        get, width = self._merges.get, self._width
         n = len(ids)
         syms: List[Optional[int]] = list(ids)
         nxt = list(range(1, n)) + [-1]
         prv = list(range(-1, n - 1))
-        heap = [(r, i) for i, r in enumerate(get((a << _SHIFT) | b) for a, b in zip(ids, ids[1:])) if r is not None]
+        heap = [(r, i) for i, r in enumerate(get(a * width + b) for a, b in zip(ids, ids[1:])) if r is not None]
         heapq.heapify(heap)
         while heap:
             packed, i = heapq.heappop(heap)
             j = nxt[i]
             left = syms[i]
-            if left is None or j < 0 or get((left << _SHIFT) | syms[j]) != packed:  # type: ignore[operator]
+            if left is None or j < 0 or get(left * width + syms[j]) != packed:  # type: ignore[operator]
                 continue  # stale entry
-            syms[i] = merged = packed & _MASK
+            syms[i] = merged = packed % width
             syms[j] = None
             k = nxt[i] = nxt[j]
             if k >= 0:
                 prv[k] = i
-                right = get((merged << _SHIFT) | syms[k])  # type: ignore[operator]
+                right = get(merged * width + syms[k])  # type: ignore[operator]
                 if right is not None:
                     heapq.heappush(heap, (right, i))
             p = prv[i]
             if p >= 0:
-                before = get((syms[p] << _SHIFT) | merged)  # type: ignore[operator]
+                before = get(syms[p] * width + merged)  # type: ignore[operator]
                 if before is not None:
                     heapq.heappush(heap, (before, p))
         return [s for s in syms if s is not None]
 
 
+def _columns(merges: Sequence[Tuple[str, str]]) -> Tuple[Sequence[str], Sequence[str]]:
+    """The left and the right parts of every merge, as two sequences."""
+    return list(map(operator.itemgetter(0), merges)), list(map(operator.itemgetter(1), merges))
+
+
+def _refuse_merges(vocab: Dict[str, int], merges: Sequence[Tuple[str, str]]) -> None:
+    """Name the first merge whose parts or result the vocabulary lacks."""
+    for a, b in merges:
+        for token, what in ((a, "merge token"), (b, "merge token"), (a + b, "merged token")):
+            if token not in vocab:
+                raise TokenizerError(f"BPE: {what} {token!r} is not in the vocabulary")
+
+
 def _parse_merges(merges: list) -> List[Tuple[str, str]]:
-    """Both serialised forms: ``"a b"`` strings (legacy) and ``["a", "b"]`` pairs."""
-    if all(isinstance(m, str) for m in merges):
-        pairs = []
-        for n, line in enumerate(m for m in merges if not m.startswith("#version")):
-            parts = line.split(" ")
-            if len(parts) != 2:
-                raise TokenizerError(f"BPE: merges invalid at line {n + 1}")
-            pairs.append((parts[0], parts[1]))
-        return pairs
-    if all(isinstance(m, list) and len(m) == 2 and all(isinstance(t, str) for t in m) for m in merges):
-        return [(a, b) for a, b in merges]
+    """Both serialised forms: ``"a b"`` strings (legacy) and ``["a", "b"]`` pairs; checked with C-level ``map``s."""
+    kinds = set(map(type, merges))
+    if kinds <= {str}:
+        if any(map(operator.methodcaller("startswith", "#version"), merges)):
+            merges = [m for m in merges if not m.startswith("#version")]
+        pairs = list(map(operator.methodcaller("split", " "), merges))
+        if set(map(len, pairs)) - {2}:
+            n = next(i for i, p in enumerate(pairs) if len(p) != 2)
+            raise TokenizerError(f"BPE: merges invalid at line {n + 1}")
+        return pairs  # type: ignore[return-value]
+    if kinds == {list} and set(map(len, merges)) == {2}:
+        left, right = _columns(merges)
+        if set(map(type, left)) | set(map(type, right)) == {str}:
+            return merges
     raise TokenizerError("BPE: merges must be all 'a b' strings or all [a, b] pairs")

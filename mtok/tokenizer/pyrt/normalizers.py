@@ -266,6 +266,7 @@ class BertNormalizer(Normalizer):
         # null means: strip accents exactly when lowercasing
         self.strip_accents = lowercase if strip_accents is None else strip_accents
         self.lowercase = lowercase
+        _bert_patterns()  # built at load (~0.1 s), not in the first request
 
     @classmethod
     def from_json(cls, d: dict) -> "BertNormalizer":

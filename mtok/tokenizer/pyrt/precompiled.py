@@ -195,6 +195,11 @@ class Precompiled:
 
     def __init__(self, charsmap: Optional[CharsMap]):
         self.charsmap = charsmap
+        if charsmap is not None:
+            # The grapheme tables take ~0.1 s to build: pay it at load, as tokenizers
+            # does its setup, not in the first request that holds a non-ASCII character.
+            _join_hint()
+            cluster_regex()
         self._chars: Dict[int, str] = {}  # str.translate table for single characters
         self._seen: set = set()
         self._clusters: Dict[str, str] = {}

@@ -20,6 +20,7 @@ _UNK_PENALTY = 10.0
 _U64_MAX = (1 << 64) - 1
 _POW10 = tuple(float("1e%d" % i) for i in range(309))
 _MISSING = object()
+_NO_PATH = float("-inf")
 _CACHE_PIECE_LEN = 256
 _CACHE_ENTRIES = 1 << 16
 
@@ -92,25 +93,30 @@ class Unigram:
         if not n:
             return []
         prefixes, unk_id, unk_score = self._prefixes, self.unk_id, self._unk_score
-        score = [0.0] * (n + 1)
+        # -inf marks "no path yet": any real score beats it, and later equal scores do not
+        # replace a path (ties keep the one found first).
+        score = [_NO_PATH] * (n + 1)
+        score[0] = 0.0
         back = [-1] * (n + 1)  # where the best path into each position starts
         ids = [0] * (n + 1)
+        get = prefixes.get
         for i in range(n):
             base = score[i]
-            single = False
-            for k in range(i + 1, n + 1):
-                hit = prefixes.get(s[i:k], _MISSING)
-                if hit is _MISSING:
-                    break
+            hit = get(s[i], _MISSING)
+            single = hit is not _MISSING and hit is not None
+            k = i + 1
+            while hit is not _MISSING:
                 if hit is not None:
                     candidate = hit[1] + base
-                    if back[k] < 0 or candidate > score[k]:
+                    if candidate > score[k]:
                         score[k], back[k], ids[k] = candidate, i, hit[0]
-                    if k == i + 1:
-                        single = True
+                k += 1
+                if k > n:
+                    break
+                hit = get(s[i:k], _MISSING)
             if not single:
                 candidate = unk_score + base
-                if back[i + 1] < 0 or candidate > score[i + 1]:
+                if candidate > score[i + 1]:
                     if unk_id is None:
                         raise TokenizerError("Unigram: encountered an unknown token but unk_id is missing")
                     score[i + 1], back[i + 1], ids[i + 1] = candidate, i, unk_id
