@@ -24,7 +24,7 @@ from hypothesis import strategies as st  # noqa: E402
 import tokenizer_families as families  # noqa: E402
 from mtok.tokenizer.pyrt import Tokenizer  # noqa: E402
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 MARK = "\u2581"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
