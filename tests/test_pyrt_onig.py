@@ -6,7 +6,6 @@ import glob
 import json
 import os
 import re
-import subprocess
 import sys
 import unicodedata
 
