@@ -38,12 +38,11 @@ from .args import (
     unlink_shm,
     write_args,
 )
-from .detokenizer import run_detokenizer_process
 from .listen import claim_reuseport, make_listen_socket, reuseport_available
 from .io_struct import ServerFailure
 from .ipc import ipc_name
 from .procutil import configure_logging
-from .scheduler import run_scheduler_process
+from .runners import RouterRunner, run_detokenizer_process, run_scheduler_process
 from .status import (
     DETOKENIZER_SLOT,
     FIRST_WORKER_SLOT,
@@ -227,9 +226,8 @@ class Arbiter:
         if self.args.tokenizer_worker_num == 1:
             self._boot_single()
         else:
-            from .router import MultiTokenizerRouter
-
-            self.router = MultiTokenizerRouter(self.port_args, self.authkey)
+            self.router = RouterRunner(self.port_args, self.authkey)
+            self.router.start()
             for i in range(self.args.tokenizer_worker_num):
                 self.workers.append(self._spawn_worker(FIRST_WORKER_SLOT + i))
         self._wait_for_boot(self.core + self.workers)
