@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from conftest import ROOT
+from support import ROOT
 from mtok.chat import BACKENDS, ChatTemplate, Limits, TemplateError, available_backends, resolve_backend
 
 pytestmark = pytest.mark.fast

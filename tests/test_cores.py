@@ -19,11 +19,11 @@ import threading
 
 import pytest
 
-from conftest import wait_for
-from mtok.args import PortArgs, ServerArgs, args_json
-from mtok.detokenizer import DetokenizerManager
-from mtok.finish import CLIENT_CLOSED, FinishAbort, FinishLength, FinishStop
-from mtok.io_struct import (
+from support import wait_for
+from mtok.wire.args import PortArgs, ServerArgs, args_json
+from mtok.managers.detokenizer import DetokenizerManager
+from mtok.wire.finish import CLIENT_CLOSED, FinishAbort, FinishLength, FinishStop
+from mtok.wire.io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
     BatchStrOutput,
@@ -34,11 +34,11 @@ from mtok.io_struct import (
     TokenizedEmbeddingReqInput,
     TokenizedGenerateReqInput,
 )
-from mtok.ipc import Receiver, Sender
-from mtok.router import MultiTokenizerRouter
-from mtok.runners import run_scheduler_process
-from mtok.scheduler import Scheduler
-from mtok.status import StatusBoard
+from mtok.wire.ipc import Receiver, Sender
+from mtok.managers.router import MultiTokenizerRouter
+from mtok.managers.runners import run_scheduler_process
+from mtok.managers.scheduler import Scheduler
+from mtok.wire.status import StatusBoard
 
 pytestmark = pytest.mark.fast
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mtok.finish import FinishAbort, FinishLength, FinishStop, as_finish
-from mtok.ipc import dumps, loads
+from mtok.wire.finish import FinishAbort, FinishLength, FinishStop, as_finish
+from mtok.wire.ipc import dumps, loads
 
 pytestmark = pytest.mark.fast
 

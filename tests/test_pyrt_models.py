@@ -212,7 +212,7 @@ def test_trained_wordpiece_and_wordlevel(trained):
 def _shared_model(name):
     path = os.path.join(SHARED, name)
     if not os.path.exists(path):
-        pytest.skip(f"no {name} in {SHARED}")
+        pytest.skip(f"no {name} in {SHARED} (../shared/tokenizers is not on this machine)")
     with open(path, encoding="utf-8") as f:
         return json.load(f)["model"]
 

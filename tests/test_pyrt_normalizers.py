@@ -114,7 +114,7 @@ def test_empty_charsmap_is_identity():
 def _t5_normalizer_json():
     path = os.path.join(SHARED, "t5-small.json")
     if not os.path.exists(path):
-        pytest.skip(f"no t5-small.json in {SHARED}")
+        pytest.skip(f"no t5-small.json in {SHARED} (../shared/tokenizers is not on this machine)")
     with open(path, encoding="utf-8") as f:
         return json.load(f)["normalizer"]
 

@@ -298,7 +298,7 @@ def test_emulation_matches_tokenizers_on_new_pythons_too(pattern):
 def test_patterns_of_shared_tokenizer_files():
     pytest.importorskip("tokenizers")
     if not os.path.isdir(SHARED):
-        pytest.skip(f"no shared tokenizer files at {SHARED}")
+        pytest.skip(f"no tokenizer files at {SHARED} (../shared/tokenizers is not on this machine)")
     patterns = _shared_patterns()
     assert patterns, "expected at least the cl100k Split regex"
     for pattern in patterns:

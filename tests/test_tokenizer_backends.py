@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from conftest import hf_installed
+from support import hf_installed
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR, load_tokenizer
 
 pytestmark = pytest.mark.fast

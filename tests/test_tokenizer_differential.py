@@ -86,7 +86,7 @@ def assert_same_decoding(ref, mine, ids: List[int]) -> None:
 
 def test_shared_folder_present():
     if not SHARED_FILES:
-        pytest.skip(f"no conformance files at {SHARED} (a fresh clone elsewhere lacks them)")
+        pytest.skip(f"no conformance files at {SHARED} (../shared/tokenizers is not on this machine)")
     assert len(SHARED_FILES) >= 6
 
 
