@@ -176,8 +176,8 @@ def _serve_until_sigterm(runner: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(0)
 
-    signal.signal(signal.SIGTERM, stop)
     try:
+        signal.signal(signal.SIGTERM, stop)
         runner.serve_forever()
     except SystemExit:
         pass
