@@ -17,7 +17,7 @@ from mtok.tokenizer import TokenizerFiles, load_tokenizer
 from mtok.managers.tokenizer_manager import ModelEntry
 from mtok.api.validate import APIError
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]

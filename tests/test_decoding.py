@@ -23,6 +23,8 @@ from mtok.wire.io_struct import BatchTokenIDOutput, SamplingParams, TokenizedGen
 from mtok.managers.scheduler import Req, Scheduler
 from prompts import prompts
 
+pytestmark = pytest.mark.unit
+
 TOKENIZERS = ["built-in"] + [
     f for f in ("gpt2.json", "roberta-base.json", "mistral-7b-v0.1.json", "bert-base-uncased.json",
                 "t5-small.json", "dolma2-cl100k.json")

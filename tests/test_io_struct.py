@@ -15,7 +15,7 @@ from mtok.wire.io_struct import (
     split_by_index,
 )
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 
 def token_batch():

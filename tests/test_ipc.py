@@ -14,7 +14,7 @@ from support import wait_for
 from mtok.wire import ipc, socket_mapping
 from mtok.wire.io_struct import AbortReq, BatchStrOutput, TokenizedGenerateReqInput
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 KEY = os.urandom(32)
 

@@ -13,6 +13,8 @@ from mtok.tokenizer.pyrt.unigram import Unigram, serde_f64
 from mtok.tokenizer.pyrt.wordlevel import WordLevel
 from mtok.tokenizer.pyrt.wordpiece import WordPiece
 
+pytestmark = pytest.mark.unit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 

@@ -13,6 +13,8 @@ from mtok.tokenizer.pyrt import crate_tables
 from mtok.tokenizer.pyrt.normalizers import NORMALIZERS, aligned_prefix, lowercase, normalizer_from_json
 from mtok.tokenizer.pyrt.precompiled import CharsMap, Precompiled
 
+pytestmark = pytest.mark.unit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 

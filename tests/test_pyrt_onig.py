@@ -15,6 +15,8 @@ import pytest
 from mtok.tokenizer import TokenizerError
 from mtok.tokenizer.pyrt.onig import OnigError, OnigUnsupported, compile_onig, find_spans, translate
 
+pytestmark = pytest.mark.unit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 

@@ -12,7 +12,7 @@ from mtok.wire.metrics import Metrics
 from mtok.wire.status import DETOKENIZER_SLOT, FIRST_WORKER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
 from mtok.managers.worker import HttpFrontend
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 
 @pytest.fixture

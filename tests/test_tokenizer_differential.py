@@ -24,7 +24,7 @@ import tokenizer_families as families  # noqa: E402
 from mtok.tokenizer import TokenizerError  # noqa: E402
 from mtok.tokenizer.pyrt import Tokenizer  # noqa: E402
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
