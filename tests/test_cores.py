@@ -36,11 +36,12 @@ from mtok.wire.io_struct import (
 )
 from mtok.wire.ipc import Receiver, Sender
 from mtok.managers.router import MultiTokenizerRouter
-from mtok.managers.runners import run_scheduler_process
+from mtok.managers.runners import DetokenizerRunner, ToTokenizerManager, ToWorkers, run_scheduler_process
 from mtok.managers.scheduler import Scheduler
 from mtok.wire.status import StatusBoard
 
 pytestmark = pytest.mark.fast
+unit = pytest.mark.unit  # all but the last test run in the test process alone
 
 TEXT = "The quick brown fox jumps over the lazy dog, twice: the quick brown fox."
 
@@ -94,6 +95,7 @@ def texts(outputs):
     return seen
 
 
+@unit
 def test_a_request_goes_through_both_cores_with_no_socket(cores):
     sched, detok = cores
     ids = sched.models[sched.default_model].tokenizer.encode(TEXT, add_special_tokens=False)
@@ -106,6 +108,7 @@ def test_a_request_goes_through_both_cores_with_no_socket(cores):
     assert not sched.reqs and not detok.states, "finished requests leave no state behind"
 
 
+@unit
 def test_a_stop_string_ends_the_request_and_is_trimmed(cores):
     sched, detok = cores
     ids = sched.models[sched.default_model].tokenizer.encode(TEXT, add_special_tokens=False)
@@ -113,6 +116,7 @@ def test_a_stop_string_ends_the_request_and_is_trimmed(cores):
     assert texts(pump(sched, detok)) == {("w1", "s"): (TEXT[:TEXT.index("lazy")], FinishStop("lazy"))}
 
 
+@unit
 def test_a_rid_refused_on_one_worker_leaves_the_other_workers_request_alone(cores):
     sched, detok = cores
     ids = sched.models[sched.default_model].tokenizer.encode(TEXT, add_special_tokens=False)
@@ -125,6 +129,7 @@ def test_a_rid_refused_on_one_worker_leaves_the_other_workers_request_alone(core
     assert text == "" and isinstance(reason, FinishAbort) and reason.status_code == 400
 
 
+@unit
 def test_only_the_owner_aborts_by_rid(cores):
     sched, detok = cores
     sched.handle(generate("r", [5, 6, 7], max_new_tokens=100))
@@ -137,6 +142,7 @@ def test_only_the_owner_aborts_by_rid(cores):
     assert isinstance(reason, FinishAbort) and reason.status_code == CLIENT_CLOSED
 
 
+@unit
 def test_a_departed_worker_is_aborted_then_announced_and_its_decode_state_goes(cores):
     sched, detok = cores
     for rid, worker in (("x", "gone"), ("y", "gone"), ("z", "stays")):
@@ -155,6 +161,7 @@ def test_a_departed_worker_is_aborted_then_announced_and_its_decode_state_goes(c
     assert set(sched.reqs) == {"z"}
 
 
+@unit
 def test_control_calls_and_embeddings_pass_through_the_detokenizer(cores):
     sched, detok = cores
     sched.handle(RpcReq(rid="c", worker_address="w1", method="get_state"))
@@ -168,6 +175,7 @@ def test_control_calls_and_embeddings_pass_through_the_detokenizer(cores):
     assert len(embedded.embeddings[0]) > 0 and embedded.finished_reasons == [FinishStop()]
 
 
+@unit
 def test_the_scheduler_forgets_everything_when_its_outputs_cannot_be_delivered(cores):
     sched, _ = cores
     sched.handle(generate("a", [1, 2, 3], max_new_tokens=50))
@@ -178,11 +186,74 @@ def test_the_scheduler_forgets_everything_when_its_outputs_cannot_be_delivered(c
     assert sched.gauges() == (0, 0, None)
 
 
+@unit
 def test_the_router_rules():
     router = MultiTokenizerRouter()
     assert router.reply_address(RpcOutput(rid="r", worker_address="w3")) == "w3"
     assert router.reply_address(object()) is None
     assert router.departure_notice("w3") == AbortReq(abort_all_of="w3")
+
+
+@pytest.fixture
+def sock_dir():
+    path = tempfile.mkdtemp(prefix="mtok-cores-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def received(inbox, count):
+    got = []
+    wait_for(lambda: got.extend(inbox.recv_all(0.1)) or len(got) >= count, 20, what=f"{count} message(s)")
+    return got
+
+
+@unit
+def test_with_several_workers_each_gets_its_piece_and_replies_go_to_the_router(sock_dir):
+    key = os.urandom(16)
+    inboxes = {name: Receiver(os.path.join(sock_dir, name), key) for name in ("w1", "w2", "router")}
+    w1, w2, router = (inboxes[n].name for n in ("w1", "w2", "router"))
+    sink = ToWorkers(router, key)
+    try:
+        sink.deliver(BatchStrOutput(rids=["a", "b", "c"], worker_addresses=[w1, w2, w1],
+                                    finished_reasons=[None] * 3, output_strs=["A", "B", "C"],
+                                    output_ids=[[1], [2], [3]], prompt_tokens=[1] * 3, completion_tokens=[1] * 3))
+        sink.deliver(RpcOutput(rid="r", worker_address=w2, result=1))
+        assert [(m.rids, m.output_strs) for m in received(inboxes["w1"], 1)] == [(["a", "c"], ["A", "C"])]
+        assert [(m.rids, m.output_strs) for m in received(inboxes["w2"], 1)] == [(["b"], ["B"])]
+        assert received(inboxes["router"], 1) == [RpcOutput(rid="r", worker_address=w2, result=1)]
+        sink.deliver(AbortReq(abort_all_of=w1))  # the supervisor says w1 is gone
+        assert w1 not in sink.by_address and not sink.by_address.send_output(w1, RpcOutput(rid="late"))
+    finally:
+        sink.close()
+        for inbox in inboxes.values():
+            inbox.close()
+
+
+@unit
+def test_with_one_worker_everything_but_a_departure_goes_to_its_tokenizer_manager(sock_dir):
+    key = os.urandom(16)
+    inbox = Receiver(os.path.join(sock_dir, "tm"), key)
+    sink = ToTokenizerManager(inbox.name, key)
+    try:
+        sink.deliver(AbortReq(abort_all_of="nobody"))
+        sink.deliver(RpcOutput(rid="r", result=2))
+        assert received(inbox, 1) == [RpcOutput(rid="r", result=2)]
+    finally:
+        sink.close()
+        inbox.close()
+
+
+@unit
+def test_the_detokenizer_runner_closes_what_it_bound(sock_dir):
+    port_args = PortArgs.in_dir(sock_dir)
+    runner = DetokenizerRunner(DetokenizerManager(ServerArgs()), port_args, os.urandom(16), workers=2)
+    assert os.listdir(sock_dir) == [], "constructing a runner binds nothing"
+    runner.bind()
+    try:
+        assert os.path.exists(port_args.detokenizer_inbox) and isinstance(runner.sink, ToWorkers)
+    finally:
+        runner.close()
+    assert not os.path.exists(port_args.detokenizer_inbox)
 
 
 @pytest.mark.timeout(60)
