@@ -78,9 +78,7 @@ class DetokenizerManager:
         )
         if recv.logprobs is not None:
             out.logprobs = self.logprob_triples(recv)
-        offsets = recv.stop_str_offsets or [None] * len(states)
-        for i, st in enumerate(states):
-            out.output_strs.append(_release(st, new_texts[i], finals[i], offsets[i]))
+        out.output_strs = _release(states, new_texts, finals, recv.stop_str_offsets or [None] * len(states))
         self._bound_states()
         return out
 
@@ -178,22 +176,26 @@ def _triples(rows: list, texts: Optional[Dict[int, str]]) -> list:
     return [None if r is None else one(r) if isinstance(r, tuple) else [one(p) for p in r] for r in rows]
 
 
-def _release(st: DecodeStatus, new: str, final: bool, stop_offset: Optional[int]) -> str:
-    """The text to send now: the new text after what was held back, cut at the
-    stop string when the request ended on one, less what may begin a stop
+def _release(states: List[DecodeStatus], new_texts: List[str], finals: List[bool],
+             stop_offsets: List[Optional[int]]) -> List[str]:
+    """Each request's text to send now: its new text after what was held back,
+    cut at the stop string when it ended on one, less what may begin a stop
     string while it runs (held back for the next step)."""
-    text = st.unsent + new if st.unsent else new
-    if final:
-        if stop_offset is not None and st.stops is not None:
-            text = text[: max(0, stop_offset - st.sent)]
-        end = len(text)
-    elif st.stops:
-        end = len(text) - stop_holdback(text, st.stops)
-    else:
-        end = len(text)
-    st.unsent = text[end:]
-    st.sent += end
-    return text[:end]
+    out = []
+    for st, new, final, stop_offset in zip(states, new_texts, finals, stop_offsets):
+        text = st.unsent + new if st.unsent else new
+        if final:
+            if stop_offset is not None and st.stops is not None:
+                text = text[: max(0, stop_offset - st.sent)]
+            end = len(text)
+        elif st.stops:
+            end = len(text) - stop_holdback(text, st.stops)
+        else:
+            end = len(text)
+        out.append(text[:end])
+        st.unsent = text[end:]
+        st.sent += end
+    return out
 
 
 def _trims_stop_token(reason: FinishReason, ids: List[int], no_stop_trim: bool) -> bool:
