@@ -2,14 +2,15 @@
 
 The cores (:class:`~mtok.managers.scheduler.Scheduler`,
 :class:`~mtok.managers.detokenizer.DetokenizerManager`,
-:class:`~mtok.managers.router.MultiTokenizerRouter`) are plain objects, messages in and
-messages out; constructing one opens no socket and starts no thread, as
-gunicorn's ``Worker.__init__`` "shouldn't do anything to the current process".
-A runner owns the rest, in socketserver's separate steps:
+:class:`~mtok.managers.router.MultiTokenizerRouter`) are plain objects,
+messages in and messages out; constructing one opens no socket and starts no
+thread, as gunicorn's ``Worker.__init__`` "shouldn't do anything to the
+current process".  A runner owns the rest, in socketserver's separate steps:
 
 ``bind()``
-    open the process's inbox (a :class:`~mtok.wire.ipc.Receiver`) and its outbound
-    :class:`~mtok.wire.ipc.Sender` or :class:`~mtok.wire.socket_mapping.SocketMapping`;
+    open the process's inbox (a :class:`~mtok.wire.ipc.Receiver`) and its
+    outbound :class:`~mtok.wire.ipc.Sender` or
+    :class:`~mtok.wire.socket_mapping.SocketMapping`;
 ``serve_forever()``
     the loop: receive, hand each message to the core, send what it gives back
     (the router's runner runs two threads instead, ``activate()``);
