@@ -31,7 +31,8 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any, Dict, List, Optional, Set
 
-from .serve import BOOT_TIMEOUT, Arbiter, BootError
+from .procutil import BOOT_TIMEOUT, BootError
+from .serve import Arbiter
 
 __all__ = ["launch", "ServerHandle", "BootError"]
 

@@ -1,5 +1,7 @@
 """What every child process does first: die with its parent, name itself,
-leave SIGINT to the supervisor, and report boot success or failure."""
+leave SIGINT to the supervisor, and report boot success or failure
+(:class:`ChildBoot`); and the supervisor's side of the same: a
+:class:`Child` waits for that report, and stopped children are reaped."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, List, Optional
+
+logger = logging.getLogger(__name__)
 
 PR_SET_NAME = 15
 PR_SET_PDEATHSIG = 1
@@ -114,6 +118,81 @@ def exit_now(code: int = 0) -> None:
 
 
 _HAVE_PROC = os.path.isdir("/proc/self")
+
+
+# -- the supervisor's side ------------------------------------------------------------
+BOOT_TIMEOUT = 120.0
+
+
+class BootError(Exception):
+    """A process could not start; the server halts instead of retrying."""
+
+
+def describe_exit(code: Optional[int]) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class Child:
+    """One child process and its boot handshake."""
+
+    def __init__(self, role: str, slot: int, process: Any, ready: Any, ipc: Optional[str] = None):
+        self.role, self.slot, self.process, self.ready, self.ipc = role, slot, process, ready, ipc
+        self.booted = False
+        self.boot_deadline = time.monotonic() + BOOT_TIMEOUT
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} (pid {self.process.pid})"
+
+    def poll_boot(self) -> bool:
+        """True once booted; raises BootError if it failed to."""
+        if self.booted:
+            return True
+        # A child that failed writes why before it exits: look at the pipe after
+        # the liveness check, so a death between the two still has its message.
+        alive = self.process.is_alive()
+        if self.ready.poll():
+            try:
+                kind, detail = self.ready.recv()
+            except (EOFError, OSError):
+                kind, detail = "error", None
+            if kind == "ready":
+                self.booted = True
+                self.ready.close()
+                return True
+            raise BootError(detail or f"{self.name} exited during boot: {describe_exit(self.process.exitcode)}")
+        if not alive:
+            raise BootError(f"{self.name} exited during boot: {describe_exit(self.process.exitcode)}")
+        if time.monotonic() > self.boot_deadline:
+            raise BootError(f"{self.name} did not start within {BOOT_TIMEOUT:g} s")
+        return False
+
+
+def signal_process(proc: Any, sig: int) -> None:
+    """Send ``sig``; a process that is already gone is no error."""
+    try:
+        os.kill(proc.pid, sig)
+    except (ProcessLookupError, TypeError):
+        pass
+
+
+def reap(procs: List[Any], timeout: float) -> None:
+    """Wait for processes to exit; SIGKILL what is left at the deadline."""
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            logger.warning("pid %s did not stop in time; killing it", p.pid)
+            p.kill()
+            p.join(1.0)
 
 
 def pid_alive(pid: int) -> bool:

@@ -38,12 +38,11 @@ from .wire.args import (
     unlink_shm,
     write_args,
 )
-from .managers.detokenizer import run_detokenizer_process
 from .api.listen import claim_reuseport, make_listen_socket, reuseport_available
 from .wire.io_struct import ServerFailure
 from .wire.ipc import ipc_name
-from .procutil import configure_logging
-from .managers.scheduler import run_scheduler_process
+from .procutil import BootError, Child, configure_logging, describe_exit, reap, signal_process
+from .managers.runners import RouterRunner, run_detokenizer_process, run_scheduler_process
 from .wire.status import (
     DETOKENIZER_SLOT,
     FIRST_WORKER_SLOT,
@@ -57,65 +56,13 @@ from .managers.worker import HttpFrontend, run_tokenizer_worker_process
 
 logger = logging.getLogger("mtok.serve")
 
-BOOT_TIMEOUT = 120.0
 STOP_TIMEOUT = 3.0
 FAIL_LINGER = 1.0  # after a core process dies, keep answering 503 this long before exiting
 EXIT_FAILED, EXIT_BOOT_ERROR = 1, 3
 
 
-class BootError(Exception):
-    """A process could not start; the server halts instead of retrying."""
-
-
 class BootInterrupted(BootError):
     """A stop signal arrived while starting: stop, and that is not a failure."""
-
-
-def describe_exit(code: Optional[int]) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-class Child:
-    """One child process and its boot handshake."""
-
-    def __init__(self, role: str, slot: int, process: Any, ready: Any, ipc: Optional[str] = None):
-        self.role, self.slot, self.process, self.ready, self.ipc = role, slot, process, ready, ipc
-        self.booted = False
-        self.boot_deadline = time.monotonic() + BOOT_TIMEOUT
-
-    @property
-    def name(self) -> str:
-        return f"{self.role} (pid {self.process.pid})"
-
-    def poll_boot(self) -> bool:
-        """True once booted; raises BootError if it failed to."""
-        if self.booted:
-            return True
-        # A child that failed writes why before it exits: look at the pipe after
-        # the liveness check, so a death between the two still has its message.
-        alive = self.process.is_alive()
-        if self.ready.poll():
-            try:
-                kind, detail = self.ready.recv()
-            except (EOFError, OSError):
-                kind, detail = "error", None
-            if kind == "ready":
-                self.booted = True
-                self.ready.close()
-                return True
-            raise BootError(detail or f"{self.name} exited during boot: {describe_exit(self.process.exitcode)}")
-        if not alive:
-            raise BootError(f"{self.name} exited during boot: {describe_exit(self.process.exitcode)}")
-        if time.monotonic() > self.boot_deadline:
-            raise BootError(f"{self.name} did not start within {BOOT_TIMEOUT:g} s")
-        return False
 
 
 class Arbiter:
@@ -227,9 +174,8 @@ class Arbiter:
         if self.args.tokenizer_worker_num == 1:
             self._boot_single()
         else:
-            from .managers.router import MultiTokenizerRouter
-
-            self.router = MultiTokenizerRouter(self.port_args, self.authkey)
+            self.router = RouterRunner(self.port_args, self.authkey)
+            self.router.start()
             for i in range(self.args.tokenizer_worker_num):
                 self.workers.append(self._spawn_worker(FIRST_WORKER_SLOT + i))
         self._wait_for_boot(self.core + self.workers)
@@ -383,15 +329,15 @@ class Arbiter:
         live = [w.process for w in self.workers if w.process.is_alive()]
         graceful = graceful and not self._interrupted()
         for p in live:
-            _signal(p, signal.SIGTERM if graceful else signal.SIGQUIT)
+            signal_process(p, signal.SIGTERM if graceful else signal.SIGQUIT)
         if graceful:
             self._await_workers(live, timeout + STOP_TIMEOUT)
         else:
-            _reap(live, STOP_TIMEOUT)
+            reap(live, STOP_TIMEOUT)
         core = [c.process for c in self.core]
         for p in core:
-            _signal(p, signal.SIGTERM)
-        _reap(core, STOP_TIMEOUT)
+            signal_process(p, signal.SIGTERM)
+        reap(core, STOP_TIMEOUT)
 
     def _interrupted(self) -> bool:
         """A SIGINT or SIGQUIT during a graceful stop: stop at once after all."""
@@ -403,11 +349,11 @@ class Arbiter:
         while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
             if self._interrupted():
                 for p in procs:
-                    _signal(p, signal.SIGQUIT)
+                    signal_process(p, signal.SIGQUIT)
                 break
             wait([p.sentinel for p in procs if p.is_alive()] + [self._sig_r], 0.25)
             self._drain_signal_pipe()
-        _reap(procs, STOP_TIMEOUT)
+        reap(procs, STOP_TIMEOUT)
 
     def teardown(self) -> None:
         if self.router is not None:
@@ -423,25 +369,6 @@ class Arbiter:
             shutil.rmtree(self.sock_dir, ignore_errors=True)
         if self._sig_w is not None:
             signal.set_wakeup_fd(-1)
-
-
-def _signal(proc: Any, sig: int) -> None:
-    try:
-        os.kill(proc.pid, sig)
-    except (ProcessLookupError, TypeError):
-        pass
-
-
-def _reap(procs: List[Any], timeout: float) -> None:
-    """Wait for processes to exit; SIGKILL what is left at the deadline."""
-    deadline = time.monotonic() + timeout
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            logger.warning("pid %s did not stop in time; killing it", p.pid)
-            p.kill()
-            p.join(1.0)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

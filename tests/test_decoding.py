@@ -7,7 +7,6 @@ real DetokenizerManager and the scheduler's stop-string check.
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from functools import lru_cache
 
@@ -16,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support import SHARED_TOKENIZERS
-from mtok.wire.args import PortArgs, ServerArgs
+from mtok.wire.args import ServerArgs
 from mtok.managers.decoding import find_stop, stop_holdback
 from mtok.managers.detokenizer import DetokenizerManager
 from mtok.wire.finish import FinishLength, FinishStop
@@ -32,7 +31,6 @@ TOKENIZERS = ["built-in"] + [
     if os.path.isfile(os.path.join(SHARED_TOKENIZERS, f))
 ]
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-_DIR = tempfile.mkdtemp(prefix="mtok-decoding-test-")
 
 
 def path_of(name):
@@ -42,13 +40,13 @@ def path_of(name):
 @lru_cache(maxsize=None)
 def detokenizer(name):
     args = ServerArgs(tokenizer_path=path_of(name))
-    return DetokenizerManager(args, PortArgs.in_dir(tempfile.mkdtemp(dir=_DIR)), b"key")
+    return DetokenizerManager(args)
 
 
 @lru_cache(maxsize=None)
 def scheduler(name):
     args = ServerArgs(tokenizer_path=path_of(name))
-    return Scheduler(args, PortArgs.in_dir(tempfile.mkdtemp(dir=_DIR)), b"key")
+    return Scheduler(args)
 
 
 def stream(detok, ids, chunks, skip=True, stop=None, stop_offset=None, reason=None):

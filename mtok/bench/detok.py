@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import shutil
-import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from mtok.wire.args import PortArgs, ServerArgs
+from mtok.wire.args import ServerArgs
 from mtok.managers.decoding import DecodeState, IncrementalDecoder
 from mtok.managers.detokenizer import DetokenizerManager
 from mtok.wire.finish import FinishLength
@@ -75,31 +73,26 @@ def steps(ids: List[int], streams: int, run: int, top: Optional[int] = None) -> 
 
 def measure(backend: str, tokenizer_path: Optional[str], n_tokens: int, streams: int, repeat: int,
             top: Optional[int] = None) -> Dict[str, Any]:
-    workdir = tempfile.mkdtemp(prefix="mtok-bench-detok-")
-    try:
-        args = ServerArgs(tokenizer_path=tokenizer_path, tokenizer_backend=backend)
-        detok = DetokenizerManager(args, PortArgs.in_dir(workdir), b"bench")
-        tok = detok.tokenizer
-        ids = natural_ids(tok, n_tokens)
-        expected = tok.decode(ids)
-        stream_s, text = float("inf"), ""
-        for run in range(repeat):
-            msgs = steps(ids, streams, run, top)
-            detok.token_text_cache.clear()  # every run decodes its token texts afresh
-            start = time.perf_counter()
-            pieces = [detok.handle_batch_token_id_out(m).output_strs[0] for m in msgs]
-            stream_s = min(stream_s, time.perf_counter() - start)
-            text = "".join(pieces)
-        decoder_s = min(_decoder_only(IncrementalDecoder(tok), ids, streams) for _ in range(repeat))
-        one_shot_s = float("inf")
-        for _ in range(repeat):
-            start = time.perf_counter()
-            for _ in range(streams):
-                tok.decode(ids)
-            one_shot_s = min(one_shot_s, time.perf_counter() - start)
-        detok.recv_from_scheduler.close()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    args = ServerArgs(tokenizer_path=tokenizer_path, tokenizer_backend=backend)
+    detok = DetokenizerManager(args)
+    tok = detok.tokenizer
+    ids = natural_ids(tok, n_tokens)
+    expected = tok.decode(ids)
+    stream_s, text = float("inf"), ""
+    for run in range(repeat):
+        msgs = steps(ids, streams, run, top)
+        detok.token_text_cache.clear()  # every run decodes its token texts afresh
+        start = time.perf_counter()
+        pieces = [detok.handle_batch_token_id_out(m).output_strs[0] for m in msgs]
+        stream_s = min(stream_s, time.perf_counter() - start)
+        text = "".join(pieces)
+    decoder_s = min(_decoder_only(IncrementalDecoder(tok), ids, streams) for _ in range(repeat))
+    one_shot_s = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(streams):
+            tok.decode(ids)
+        one_shot_s = min(one_shot_s, time.perf_counter() - start)
     return {
         "backend": tok.backend, "tokens": n_tokens, "streams": streams,
         "logprobs": "off" if top is None else f"top {top}",

@@ -1,25 +1,23 @@
 """The detokenizer: token ids in, text deltas out, one message per step.
 
-Single-worker mode sends each step's whole ``BatchStrOutput`` to the one
-TokenizerManager.  In multi-worker mode the
-:class:`MultiHttpWorkerDetokenizerMixin` loop splits every batch by the IPC
-name stamped on each request and sends each worker its own piece, through a
-:class:`~mtok.wire.socket_mapping.SocketMapping`.
+:class:`DetokenizerManager` is the process's core and does no I/O: each
+message from the scheduler goes in through :meth:`DetokenizerManager.handle`
+and what comes out (a ``BatchStrOutput`` per step; embeddings and replies
+unchanged) goes to the process's runner,
+:func:`mtok.managers.runners.run_detokenizer_process`.  The runner owns the sockets and
+chooses, once, where outputs go: to the one TokenizerManager, or split by the
+worker address stamped on each request, each worker its own piece.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..wire.args import PortArgs, ServerArgs, read_args
+from ..wire.args import ServerArgs
 from .decoding import DecodeState, IncrementalDecoder, stop_holdback
 from ..wire.finish import FinishReason, FinishStop
-from ..wire.io_struct import AbortReq, BaseBatchReq, BatchStrOutput, BatchTokenIDOutput, group_by_worker
-from ..wire.ipc import Receiver, Sender
-from ..wire.socket_mapping import SocketMapping
-from ..procutil import ChildBoot, exit_now, on_signal
+from ..wire.io_struct import AbortReq, BatchStrOutput, BatchTokenIDOutput
 from .models import load_tokenizers
 
 logger = logging.getLogger(__name__)
@@ -35,36 +33,17 @@ class DecodeStatus(DecodeState):
         self.stops = stops  # held back while streaming; None when trimming is off
 
 
-class MultiHttpWorkerDetokenizerMixin:
-    """The event loop for ``--tokenizer-worker-num`` > 1."""
+class DetokenizerManager:
+    """Token-id batches in (:meth:`handle`), text batches out.  Constructing
+    one loads the models' tokenizers and touches nothing else."""
 
-    def multi_http_worker_event_loop(self: "DetokenizerManager") -> None:
-        self.socket_mapping = SocketMapping(self.authkey)
-        while True:
-            for recv_obj in self.recv_from_scheduler.recv_all():
-                output = self._request_dispatcher(recv_obj)
-                if output is None:
-                    continue
-                if isinstance(output, BaseBatchReq):
-                    for ipc_name, piece in group_by_worker(output).items():
-                        self.socket_mapping.send_output(ipc_name, piece)
-                else:
-                    self.send_to_tokenizer.send(output)  # the router delivers it by name
-
-    def maybe_drop_worker(self, name: Optional[str]) -> None:
-        if name is not None and hasattr(self, "socket_mapping"):
-            self.socket_mapping.drop(name)
-
-
-class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
-    def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes):
-        self.authkey = authkey
+    def __init__(self, server_args: ServerArgs):
         specs = server_args.model_specs()
         tokenizers = load_tokenizers(specs, server_args.tokenizer_backend)
         self.decoders = {s.name: IncrementalDecoder(tokenizers[s.name]) for s in specs}
         self.default_model = specs[0].name
         self.tokenizer = tokenizers[self.default_model]
-        # Keyed by (worker IPC name, rid): workers check rids only among their
+        # Keyed by (worker address, rid): workers check rids only among their
         # own requests, so a rid refused as a duplicate on one worker must not
         # touch the state of the same rid running on another.
         self.states: Dict[Tuple[Optional[str], str], DecodeStatus] = {}
@@ -72,49 +51,23 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
         # Only running requests have state, so more than this means state that
         # outlived its request; the least recently advanced goes first.
         self.max_states = 2 * server_args.max_running_requests + 64
-        self.recv_from_scheduler = Receiver(port_args.detokenizer_inbox, authkey)
-        self.send_to_tokenizer = Sender(port_args.reply_inbox, authkey)
 
-    def event_loop(self) -> None:
-        while True:
-            for recv_obj in self.recv_from_scheduler.recv_all():
-                output = self._request_dispatcher(recv_obj)
-                if output is not None:
-                    self.send_to_tokenizer.send(output)
-
-    def _request_dispatcher(self, recv_obj: Any) -> Any:
+    def handle(self, recv_obj: Any) -> Any:
+        """The message to pass on for one from the scheduler, or None."""
         if isinstance(recv_obj, BatchTokenIDOutput):
             return self.handle_batch_token_id_out(recv_obj)
-        if isinstance(recv_obj, AbortReq):  # a worker has gone
-            self.maybe_drop_worker(recv_obj.abort_all_of)
-            return None
-        return recv_obj  # embeddings and replies pass through unchanged
+        if isinstance(recv_obj, AbortReq) and recv_obj.abort_all_of is not None:
+            self.forget_worker(recv_obj.abort_all_of)
+        return recv_obj  # embeddings and replies pass through unchanged; a departed worker's notice too
+
+    def forget_worker(self, address: str) -> None:
+        """A worker has gone: the decode state of its requests goes with it."""
+        for key in [k for k in self.states if k[0] == address]:
+            del self.states[key]
 
     def handle_batch_token_id_out(self, recv: BatchTokenIDOutput) -> BatchStrOutput:
-        states: List[DecodeStatus] = []
-        finals: List[bool] = []
-        workers = recv.worker_addresses or [None] * len(recv.rids)
-        for i, rid in enumerate(recv.rids):
-            key = (workers[i], rid)
-            st = self.states.pop(key, None)
-            if st is None:
-                trim = not recv.no_stop_trim[i]
-                st = DecodeStatus(
-                    recv.skip_special_tokens[i],
-                    recv.spaces_between_special_tokens[i],
-                    recv.stop[i] if trim else None,
-                )
-            reason = recv.finished_reasons[i]
-            ids = recv.decode_ids[i]
-            if reason is not None and _trims_stop_token(reason, ids, recv.no_stop_trim[i]):
-                ids = ids[:-1]
-            st.ids.extend(ids)
-            if reason is None:
-                self.states[key] = st  # re-inserted: the dict's order is recency
-            states.append(st)
-            finals.append(reason is not None)
+        states, finals = self._advance_states(recv)
         new_texts = self._decode_step(recv, states, finals)
-
         out = BatchStrOutput(
             rids=recv.rids,
             worker_addresses=recv.worker_addresses,
@@ -125,22 +78,33 @@ class DetokenizerManager(MultiHttpWorkerDetokenizerMixin):
         )
         if recv.logprobs is not None:
             out.logprobs = self.logprob_triples(recv)
-        offsets = recv.stop_str_offsets or [None] * len(states)
-        for i, st in enumerate(states):
-            text = st.unsent + new_texts[i] if st.unsent else new_texts[i]
-            if finals[i]:
-                if offsets[i] is not None and st.stops is not None:
-                    text = text[: max(0, offsets[i] - st.sent)]
-                end = len(text)
-            elif st.stops:
-                end = len(text) - stop_holdback(text, st.stops)
-            else:
-                end = len(text)
-            out.output_strs.append(text[:end])
-            st.unsent = text[end:]
-            st.sent += end
+        out.output_strs = _release(states, new_texts, finals, recv.stop_str_offsets or [None] * len(states))
         self._bound_states()
         return out
+
+    def _advance_states(self, recv: BatchTokenIDOutput) -> Tuple[List[DecodeStatus], List[bool]]:
+        """Each request's decode state with this step's ids added (a finished
+        request's is taken out of :attr:`states`), and whether it finished."""
+        states: List[DecodeStatus] = []
+        finals: List[bool] = []
+        workers = recv.worker_addresses or [None] * len(recv.rids)
+        for i, rid in enumerate(recv.rids):
+            key = (workers[i], rid)
+            st = self.states.pop(key, None)
+            if st is None:
+                trim = not recv.no_stop_trim[i]
+                st = DecodeStatus(recv.skip_special_tokens[i], recv.spaces_between_special_tokens[i],
+                                  recv.stop[i] if trim else None)
+            reason = recv.finished_reasons[i]
+            ids = recv.decode_ids[i]
+            if reason is not None and _trims_stop_token(reason, ids, recv.no_stop_trim[i]):
+                ids = ids[:-1]
+            st.ids.extend(ids)
+            if reason is None:
+                self.states[key] = st  # re-inserted: the dict's order is recency
+            states.append(st)
+            finals.append(reason is not None)
+        return states, finals
 
     def _decode_step(self, recv: BatchTokenIDOutput, states: List[DecodeStatus], finals: List[bool]) -> List[str]:
         """Each request's new text, one decoder call per model."""
@@ -212,19 +176,28 @@ def _triples(rows: list, texts: Optional[Dict[int, str]]) -> list:
     return [None if r is None else one(r) if isinstance(r, tuple) else [one(p) for p in r] for r in rows]
 
 
+def _release(states: List[DecodeStatus], new_texts: List[str], finals: List[bool],
+             stop_offsets: List[Optional[int]]) -> List[str]:
+    """Each request's text to send now: its new text after what was held back,
+    cut at the stop string when it ended on one, less what may begin a stop
+    string while it runs (held back for the next step)."""
+    out = []
+    for st, new, final, stop_offset in zip(states, new_texts, finals, stop_offsets):
+        text = st.unsent + new if st.unsent else new
+        if final:
+            if stop_offset is not None and st.stops is not None:
+                text = text[: max(0, stop_offset - st.sent)]
+            end = len(text)
+        elif st.stops:
+            end = len(text) - stop_holdback(text, st.stops)
+        else:
+            end = len(text)
+        out.append(text[:end])
+        st.unsent = text[end:]
+        st.sent += end
+    return out
+
+
 def _trims_stop_token(reason: FinishReason, ids: List[int], no_stop_trim: bool) -> bool:
     """A matched stop token (or eos) is not part of the text unless no_stop_trim."""
     return not no_stop_trim and bool(ids) and isinstance(reason, FinishStop) and reason.trims_token(ids[-1])
-
-
-def run_detokenizer_process(
-    shm_name: str, authkey: bytes, parent_pid: int, ready_conn, manager_class=DetokenizerManager
-) -> None:
-    server_args, port_args = read_args(shm_name)
-    with ChildBoot("detokenizer", parent_pid, ready_conn, server_args.log_level):
-        manager = manager_class(server_args, port_args, authkey)
-    on_signal(signal.SIGTERM, lambda: exit_now(0))
-    if server_args.tokenizer_worker_num == 1:
-        manager.event_loop()
-    else:
-        manager.multi_http_worker_event_loop()

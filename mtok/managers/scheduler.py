@@ -6,6 +6,13 @@ and beyond that are refused with 503).  Every step advances every running
 request by one token; stop tokens, eos, stop strings and ``max_new_tokens``
 end a request here, so no engine step is spent past its end.  Each step's new
 tokens for the whole batch go to the detokenizer as one ``BatchTokenIDOutput``.
+
+The :class:`Scheduler` is the process's core and does no I/O: messages go in
+through :meth:`Scheduler.handle`, :meth:`Scheduler.advance` runs what is due,
+and what the detokenizer must get collects in its outbox
+(:meth:`Scheduler.take_outputs`).  The sockets, the status board and the loop
+belong to the process's runner, :func:`mtok.managers.runners.run_scheduler_process`,
+so a test can drive the scheduler step by step with no socket at all.
 """
 
 from __future__ import annotations
@@ -13,12 +20,10 @@ from __future__ import annotations
 import collections
 import logging
 import operator
-import os
-import signal
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
-from ..wire.args import PortArgs, ServerArgs, read_args
+from ..wire.args import ServerArgs
 from .decoding import DecodeState, IncrementalDecoder, find_stop
 from ..engines import EngineContext, EngineOutput, capability_refusal, load_engine
 from ..wire.finish import FinishAbort, FinishLength, FinishReason, FinishStop, as_finish
@@ -26,19 +31,15 @@ from ..wire.io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
     BatchTokenIDOutput,
-    RpcOutput,
     RpcReq,
     SamplingParams,
     TokenizedEmbeddingReqInput,
     TokenizedGenerateReqInput,
 )
-from ..wire.ipc import Receiver, Sender
 from .scheduler_async import AsyncEngineSupport, has_health
-from ..wire.metrics import publish
-from ..procutil import ChildBoot, exit_now, on_signal
-from ..wire.status import SCHEDULER_SLOT, StatusBoard
 from .models import load_tokenizers
 from .scheduler_logprobs import LogprobSteps
+from .scheduler_rpc import SchedulerRpc
 
 logger = logging.getLogger(__name__)
 
@@ -97,12 +98,13 @@ def by_model(reqs: Sequence[Any]) -> Dict[str, List[Any]]:
     return groups
 
 
-class Scheduler(LogprobSteps, AsyncEngineSupport):
-    def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes,
-                 board: Optional[StatusBoard] = None):
+class Scheduler(LogprobSteps, AsyncEngineSupport, SchedulerRpc):
+    """Messages in (:meth:`handle`), steps when due (:meth:`advance`), messages
+    out (:meth:`take_outputs`).  Constructing one loads the models' tokenizers
+    and engines and touches nothing else: no socket, no thread."""
+
+    def __init__(self, server_args: ServerArgs):
         self.server_args = server_args
-        self.board = board
-        self._published: Optional[tuple] = None
         specs = server_args.model_specs()
         tokenizers = load_tokenizers(specs, server_args.tokenizer_backend)
         self.models = {s.name: ModelRuntime(s.name, tokenizers[s.name], s.engine, server_args.engine_step_delay)
@@ -113,14 +115,13 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
         self.reqs: Dict[str, Req] = {}
         self.pending_output: List[Req] = []  # refused or aborted since the last step
         self.embed_queue: List[TokenizedEmbeddingReqInput] = []
+        self.outbox: List[Any] = []  # for the detokenizer, in order; the runner sends it
         self.step_delay = server_args.engine_step_delay
+        self.next_step = 0.0  # time.monotonic() at which the next engine step is due
         # an engine that can fall ill (an upstream) is asked now and then, even when idle
         self.idle_timeout = 1.0 if any(has_health(rt.engine) for rt in self.models.values()) else None
-        self.detokenizer_gone = False  # set once a send fails: its death is the supervisor's to handle
         # running plus waiting; past this a request is refused (503) at once
         self.capacity = server_args.max_running_requests + server_args.max_queued_requests
-        self.recv_from_tokenizer = Receiver(port_args.scheduler_inbox, authkey)
-        self.send_to_detokenizer = Sender(port_args.detokenizer_inbox, authkey)
         self._dispatch: Dict[type, Callable[[Any], None]] = {
             TokenizedGenerateReqInput: self.handle_generate,
             TokenizedEmbeddingReqInput: self.handle_embed,
@@ -128,53 +129,51 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
             RpcReq: self.handle_rpc,
         }
 
-    # -- the loop ------------------------------------------------------------------
-    def event_loop(self) -> None:
-        next_step = 0.0
-        while True:
-            busy = bool(self.running or self.waiting)
-            timeout = max(0.0, next_step - time.monotonic()) if busy else self.idle_timeout
-            for msg in self.recv_from_tokenizer.recv_all(timeout):
-                handler = self._dispatch.get(type(msg))
-                if handler is None:
-                    logger.error("unexpected message %s", type(msg).__name__)
-                else:
-                    handler(msg)
-            if self.embed_queue:
-                self.run_embeddings()
-            if (self.running or self.waiting) and time.monotonic() >= next_step:
-                started = time.monotonic()
-                self.run_step()
-                next_step = started + self.step_delay
-            elif self.pending_output:
-                self.send_outputs([])
-            self.publish_gauges()
+    # -- the runner's interface ----------------------------------------------------
+    def handle(self, msg: Any) -> None:
+        """Take one message from a TokenizerManager (or the router)."""
+        handler = self._dispatch.get(type(msg))
+        if handler is None:
+            logger.error("unexpected message %s", type(msg).__name__)
+        else:
+            handler(msg)
 
-    def to_detokenizer(self, msg: Any) -> None:
-        """Send on; if the detokenizer has died the supervisor is about to stop
-        the server and names it, so this process stays up rather than muddle
-        that, says so once, and drops the work it can no longer deliver."""
-        if self.detokenizer_gone:
-            return
-        try:
-            self.send_to_detokenizer.send(msg)
-        except ConnectionError as e:
-            logger.error("cannot reach the detokenizer: %s; dropping all requests", e)
-            self.detokenizer_gone = True
-            self.waiting.clear()
-            self.running = []
-            self.reqs.clear()
+    def wait_time(self) -> Optional[float]:
+        """How long the runner may wait for messages before :meth:`advance` has
+        work (None: until one comes)."""
+        if self.running or self.waiting:
+            return max(0.0, self.next_step - time.monotonic())
+        return self.idle_timeout
 
-    def publish_gauges(self) -> None:
-        """The queue lengths, for /metrics; written only when they change."""
+    def advance(self) -> None:
+        """Embed what is queued, run an engine step if one is due, and flush
+        refusals and aborts; the results wait in the outbox."""
+        if self.embed_queue:
+            self.run_embeddings()
+        started = time.monotonic()
+        if (self.running or self.waiting) and started >= self.next_step:
+            self.run_step()
+            self.next_step = started + self.step_delay
+        elif self.pending_output:
+            self.queue_outputs([])
+
+    def take_outputs(self) -> List[Any]:
+        """What the detokenizer should get since the last call, in order."""
+        out, self.outbox = self.outbox, []
+        return out
+
+    def gauges(self) -> tuple:
+        """(running, waiting, engine problem or None): what /metrics and /health show."""
         problem = self.engine_problem() if self.idle_timeout is not None else None
-        state = (len(self.running), len(self.waiting), problem)
-        if self.board is not None and state != self._published:
-            self._published = state
-            snap: Dict[str, Any] = {"gauges": {"num_requests_running": state[0], "num_requests_waiting": state[1]}}
-            if problem is not None:
-                snap["engine_problem"] = problem  # /health reads it: 503 while set
-            publish(self.board.extra(SCHEDULER_SLOT), snap)
+        return len(self.running), len(self.waiting), problem
+
+    def drop_all(self) -> None:
+        """Forget every request: their results can no longer be delivered."""
+        self.waiting.clear()
+        self.running = []
+        self.reqs.clear()
+        self.pending_output = []
+        self.outbox = []
 
     # -- messages ------------------------------------------------------------------
     def handle_generate(self, msg: TokenizedGenerateReqInput) -> None:
@@ -213,28 +212,8 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
             self.abort(req, abort_reason("aborted", 499))
         if msg.abort_all_of is not None:
             # Flush the aborts first, then let the detokenizer forget the worker.
-            self.send_outputs([])
-            self.to_detokenizer(msg)
-
-    def rpc_abort(self, rid: Optional[str] = None, abort_all: bool = False) -> int:
-        """Abort on behalf of any worker (``POST /abort_request``): ``rid``, the
-        samples of ``rid`` (``rid-1``, ``rid-2``, ... of ``n`` > 1 or a batch), or
-        everything.  How many requests were aborted."""
-        victims = [r for r in self.reqs.values()
-                   if abort_all or r.rid == rid or (rid and r.rid.startswith(rid + "-"))]
-        for req in victims:
-            self.abort(req, abort_reason("aborted by /abort_request", 499))
-        return len(victims)
-
-    def rpc_flush_cache(self) -> Dict[str, Any]:
-        """Every engine that has a cache drops it; one without the capability is an error."""
-        lacking = [name for name, rt in self.models.items()
-                   if "flush_cache" not in getattr(rt.engine, "capabilities", ())]
-        if lacking:
-            raise LookupError(f"the engine of {', '.join(map(repr, lacking))} has no 'flush_cache' capability")
-        for rt in self.models.values():
-            rt.engine.flush_cache()
-        return {"flushed": list(self.models)}
+            self.queue_outputs([])
+            self.outbox.append(msg)
 
     def abort(self, req: Req, reason: Dict[str, Any]) -> None:
         req.finished_reason = reason
@@ -248,29 +227,6 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
             except ValueError:
                 pass
         self.pending_output.append(req)
-
-    def handle_rpc(self, msg: RpcReq) -> None:
-        method = getattr(self, f"rpc_{msg.method}", None)
-        out = RpcOutput(rid=msg.rid, worker_address=msg.worker_address)
-        if method is None:
-            out.error = f"unknown method {msg.method!r}"
-        else:
-            try:
-                out.result = method(**msg.params)
-            except Exception as e:  # a bad call must not take the scheduler down
-                out.error = f"{type(e).__name__}: {e}"
-        self.to_detokenizer(out)
-
-    def rpc_get_state(self) -> Dict[str, Any]:
-        by_worker: Dict[str, int] = collections.Counter(r.worker_address or "" for r in self.reqs.values())
-        return {
-            "num_running": len(self.running),
-            "num_waiting": len(self.waiting),
-            "running_rids": [r.rid for r in self.running],
-            "waiting_rids": [r.rid for r in self.waiting],
-            "requests_by_worker": dict(by_worker),
-            "pid": os.getpid(),
-        }
 
     # -- a step --------------------------------------------------------------------
     def run_step(self) -> None:
@@ -309,7 +265,7 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
             else:
                 self.reqs.pop(req.rid, None)
                 self.models[req.model].engine.finish_request(req)
-        self.send_outputs(batch)
+        self.queue_outputs(batch)
 
     def step_model(self, rt: ModelRuntime, group: List[Req]) -> None:
         """One engine step for one model's requests; a failing engine fails only them."""
@@ -384,7 +340,7 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
             req.finished_reason = FinishStop(hit[1])
             req.stop_offset = base + hit[0]
 
-    def send_outputs(self, batch: Sequence[Req]) -> None:
+    def queue_outputs(self, batch: Sequence[Req]) -> None:
         reqs = list(batch) + self.pending_output
         self.pending_output = []
         if not reqs:
@@ -408,7 +364,7 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
             out.stop_str_offsets.append(r.stop_offset)
             r.new_ids = []
             r.new_logprobs = None
-        self.to_detokenizer(out)
+        self.outbox.append(out)
 
     def run_embeddings(self) -> None:
         """Embed everything queued, one engine call per model, one message in all."""
@@ -436,12 +392,5 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
         out.rids = [r.rid for r in batch]
         out.worker_addresses = [r.worker_address for r in batch]
         out.prompt_tokens = [len(r.input_ids) for r in batch]
-        self.to_detokenizer(out)
+        self.outbox.append(out)
 
-
-def run_scheduler_process(shm_name: str, authkey: bytes, parent_pid: int, ready_conn) -> None:
-    server_args, port_args = read_args(shm_name)
-    with ChildBoot("scheduler", parent_pid, ready_conn, server_args.log_level):
-        scheduler = Scheduler(server_args, port_args, authkey, StatusBoard.attach(port_args.status_name))
-    on_signal(signal.SIGTERM, lambda: exit_now(0))
-    scheduler.event_loop()
