@@ -7,7 +7,9 @@ the peer (same worker count, same tokenizer file, same engine step delay), so
 that neither server runs while the other is measured and slow drifts of the
 machine hit both alike.  The median round of each is compared; the ratio is
 mtok / peer (above 1 for throughput means mtok is ahead; below 1 for CPU per
-request and latency means mtok is cheaper).  The peer runs under ``--python``,
+request and latency means mtok is cheaper).  The CPU per request is split by
+process too (main, scheduler, detokenizer, each worker; the peer's main, engine
+and workers), from the median round of each.  The peer runs under ``--python``,
 which must have benchmarks/peers/requirements.txt installed; without it the
 comparison is skipped, saying why.
 """
@@ -19,7 +21,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from .load import add_workload_args, measure, workload_from
-from .report import LOAD_COLUMNS, lookup, table, write_json
+from .report import LOAD_COLUMNS, cpu_breakdown, lookup, table, write_json
 from .servers import add_server_args, missing_peer, server_config
 
 RATIOS = [
@@ -79,6 +81,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     for k, name in RATIOS:
         if summary["ratio"][k] is not None:
             print(f"  {name:<15} {summary['ratio'][k]:.2f}x   ({_short(lookup(mine, k))} vs {_short(lookup(peer, k))})")
+    for kind, run in (("mtok", mine), ("fastapi", peer)):
+        if run.get("server_cpu_ms_per_request_by_process"):
+            print(f"CPU ms/request by process, {kind}: {cpu_breakdown(run)}")
     write_json(args.json, "compare", params, summary)
     return 0
 
