@@ -18,7 +18,7 @@ gathered in one buffer, so many tiny chunks cost no more memory than one.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .validate import APIError
 
@@ -63,6 +63,42 @@ def crlf_line(line: bytes, what: str) -> bytes:
 
 
 def read_headers(rfile: Any) -> Headers:
+    """The header fields up to the empty line.  When the whole head is already in the
+    reader's buffer (the usual case: it came in the same packet as the request line)
+    it is taken in one piece and split; else it is read line by line.  Both refuse
+    exactly the same heads: in a head whose lines all end with CRLF and hold no other
+    CR or LF, the first CRLFCRLF is its end."""
+    head = _buffered_head(rfile)
+    if head is None:
+        return _read_header_lines(rfile)
+    headers = Headers()
+    for line in head:
+        if b"\r" in line or b"\n" in line:
+            raise FramingError(f"a header line must end with CRLF and hold no bare CR or LF: {line[:100]!r}")
+        if len(headers) >= MAX_HEADERS:
+            raise FramingError(f"more than {MAX_HEADERS} headers", 431)
+        parse_header_line(headers, line)
+    return headers
+
+
+def _buffered_head(rfile: Any) -> Optional[List[bytes]]:
+    """The head's lines (without CRLF) if its end is already buffered, consumed from
+    ``rfile``; None (nothing consumed) if it is not, or ``rfile`` cannot peek."""
+    peek = getattr(rfile, "peek", None)
+    if peek is None:
+        return None
+    buffered = peek()
+    if buffered[:2] == b"\r\n":
+        rfile.read(2)
+        return []
+    end = buffered.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    rfile.read(end + 4)  # from the buffer: no system call
+    return buffered[:end].split(b"\r\n")
+
+
+def _read_header_lines(rfile: Any) -> Headers:
     headers = Headers()
     while True:
         raw = rfile.readline(MAX_LINE + 1)
@@ -75,20 +111,26 @@ def read_headers(rfile: Any) -> Headers:
             return headers
         if len(headers) >= MAX_HEADERS:
             raise FramingError(f"more than {MAX_HEADERS} headers", 431)
-        name, sep, value = line.decode("iso-8859-1").partition(":")
-        if not sep or not _TOKEN.fullmatch(name):  # also refuses obs-fold and a space before ':'
-            raise FramingError(f"malformed header line {line[:100]!r}")
-        add_header(headers, name.lower(), value.strip(" \t"))
+        parse_header_line(headers, line)
+
+
+def parse_header_line(headers: Headers, line: bytes) -> None:
+    name, sep, value = line.decode("iso-8859-1").partition(":")
+    if not sep or not _TOKEN.fullmatch(name):  # also refuses obs-fold and a space before ':'
+        raise FramingError(f"malformed header line {line[:100]!r}")
+    add_header(headers, name.lower(), value.strip(" \t"))
 
 
 def add_header(headers: Headers, name: str, value: str) -> None:
-    if name not in headers:
-        headers[name] = value
+    """``name`` is lower case already, so the plain dict methods do (no second fold)."""
+    old = dict.get(headers, name)
+    if old is None:
+        dict.__setitem__(headers, name, value)
     elif name in ("content-length", "host", "authorization"):
-        if headers[name] != value:  # two framings or two identities: refuse to pick one
+        if old != value:  # two framings or two identities: refuse to pick one
             raise FramingError(f"conflicting {name} headers")
     else:
-        headers[name] = f"{headers[name]}, {value}"
+        dict.__setitem__(headers, name, f"{old}, {value}")
 
 
 def tokens(value: str) -> list:

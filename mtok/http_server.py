@@ -323,11 +323,13 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def send_text(self, text: str, status: int = 200, headers: Optional[Dict[str, str]] = None,
                   content_type: str = "text/plain; charset=utf-8") -> None:
         data = text.encode()
-        headers = dict(headers or {})
-        content_type = headers.pop("Content-Type", content_type)
+        if headers and "Content-Type" in headers:
+            headers = dict(headers)
+            content_type = headers.pop("Content-Type")
         head = self._head(status, f"Content-Type: {content_type}\r\nContent-Length: {len(data)}\r\n", headers)
-        self.wfile.write(head if self.command == "HEAD" else head + data)
-        self.wfile.flush()
+        # One send, past the buffered writer (nothing is left in it: what it was given,
+        # a 100 Continue, was flushed at once).
+        self.connection.sendall(head if self.command == "HEAD" else head + data)
 
     def _head(self, status: int, fields: str, headers: Optional[Dict[str, str]]) -> bytes:
         """The status line and headers in one piece (send_header, per header, costs more)."""
