@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import Server, free_port, wait_for
+from support import Server, free_port, wait_for
 
 def num_running(srv) -> int:
     return srv.info()["scheduler"]["num_running"]
@@ -364,9 +364,9 @@ def test_a_slow_reader_is_closed_without_a_traceback_or_a_second_status():
 def test_a_batch_stops_tokenizing_once_its_client_has_gone():
     """Between slices of a batch the handler looks at its connection
     (ConnectionWatch.gone, over a real socket pair) and gives up."""
-    from mtok.connections import ConnectionWatch, DisconnectWatcher
+    from mtok.api.connections import ConnectionWatch, DisconnectWatcher
     from mtok.tokenizer import load_tokenizer
-    from mtok.tokenizer_manager import ENCODE_SLICE, ClientDisconnected, ModelEntry, TokenizerManager
+    from mtok.managers.tokenizer_manager import ENCODE_SLICE, ClientDisconnected, ModelEntry, TokenizerManager
 
     tok = load_tokenizer()
     calls = []

@@ -2,7 +2,7 @@
 
 The handler knows nothing of LLMs.  It reads a request within a deadline,
 enforces the body limit and the API key, dispatches to a route of the app
-(see :mod:`mtok.api`), and writes what the route returns: a JSON value, a
+(see :mod:`mtok.api.native`), and writes what the route returns: a JSON value, a
 :class:`Response`, or an :class:`EventStream` sent as server-sent events over
 chunked encoding.  Every error, its own included, is a JSON body.
 """
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from .connections import ConnectionWatch, DisconnectWatcher, ReadDeadlines
 from .listen import LISTEN_BACKLOG
-from .http_framing import (
+from .framing import (
     CHUNKED,
     NO_BODY,
     FramingError,
@@ -37,9 +37,9 @@ from .http_framing import (
     read_exact,
     read_headers,
 )
-from .metrics import Metrics
+from ..wire.metrics import Metrics
 from .routes import OPEN_PATHS, EventStream, Request, Response, collect_routes, find_route, route  # noqa: F401
-from .tokenizer_manager import ClientDisconnected
+from ..managers.tokenizer_manager import ClientDisconnected
 from .validate import APIError
 
 logger = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         """The request line and headers, parsed directly (http.server goes
         through the email package, the largest cost of a small request) and
-        strictly (see :mod:`mtok.http_framing`)."""
+        strictly (see :mod:`mtok.api.framing`)."""
         self.command = None
         self.request_version = "HTTP/0.9"
         self.close_connection = True

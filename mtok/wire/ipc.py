@@ -244,7 +244,7 @@ class Sender:
 
 class SenderWrapper:
     """Stamps the owning worker's IPC name on everything it sends, so that
-    :class:`~mtok.tokenizer_manager.TokenizerManager` code needs no routing logic."""
+    :class:`~mtok.managers.tokenizer_manager.TokenizerManager` code needs no routing logic."""
 
     def __init__(self, sender: Sender, worker_address: str):
         self.sender = sender

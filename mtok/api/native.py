@@ -1,6 +1,6 @@
 """The routes: SGLang's native API (this module) and OpenAI's (``openai_api``).
 
-Routes take a :class:`~mtok.http_server.Request` and return a JSON value, a
+Routes take a :class:`~mtok.api.server.Request` and return a JSON value, a
 ``Response`` or an ``EventStream``; they raise ``APIError`` for anything a
 client got wrong.  The same class serves every worker, whatever N is.
 """
@@ -12,18 +12,19 @@ import time
 from typing import Any, Dict, Iterator, List, Optional
 from urllib.parse import parse_qs
 
-from . import __version__, fields
-from .chat_api import ChatRoutes
-from .http_server import EventStream, Request, Response, route
-from .io_struct import GenerateReqInput, SamplingParams
+from .. import __version__
+from . import fields
+from .chat import ChatRoutes
+from .server import EventStream, Request, Response, route
+from ..wire.io_struct import GenerateReqInput, SamplingParams
 from .logprobs import OUTPUT_KEYS, sglang_meta
-from .metrics import merge as merge_metrics
-from .metrics import read as read_metrics
-from .metrics import render as render_metrics
-from .openai_api import OpenAIRoutes, embedding_inputs, refuse_embedding_adapter
-from .parser_api import ParserRoutes
-from .status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
-from .tokenizer_manager import ReqState, TokenizerManager
+from ..wire.metrics import merge as merge_metrics
+from ..wire.metrics import read as read_metrics
+from ..wire.metrics import render as render_metrics
+from .openai import OpenAIRoutes, embedding_inputs, refuse_embedding_adapter
+from .parser_routes import ParserRoutes
+from ..wire.status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
+from ..managers.tokenizer_manager import ReqState, TokenizerManager
 from .parse import parse_generate
 from .validate import APIError, bad, check_unknown, get_bool, get_str, require_object, token_list
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any, List, Optional, Tuple
 
-from .finish import FinishAbort
+from ..wire.finish import FinishAbort
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ def _engine_error(e: Exception) -> FinishAbort:
 
 
 class LogprobSteps:
-    """Mixed into :class:`mtok.scheduler.Scheduler`, which provides ``models`` and ``abort``."""
+    """Mixed into :class:`mtok.managers.scheduler.Scheduler`, which provides ``models`` and ``abort``."""
 
     models: Any
     abort: Any

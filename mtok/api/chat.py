@@ -1,9 +1,9 @@
 """``POST /v1/chat/completions``, in OpenAI's shapes, and ``/tokenize`` of messages.
 
 A chat request becomes the same :class:`GenerateReqInput` as ``/v1/completions``
-(its sampling fields go through :func:`~mtok.openai_api.parse_openai_sampling`),
+(its sampling fields go through :func:`~mtok.api.openai.parse_openai_sampling`),
 with token ids instead of text: the prompt is the model's chat template
-rendered (:mod:`mtok.chat_prompt`) and tokenized without adding special tokens
+rendered (:mod:`mtok.api.chat_prompt`) and tokenized without adding special tokens
 again, since templates write their own ``bos_token`` (as SGLang and vLLM do).
 
 What the model generates reaches the client through an :class:`OutputParser`,
@@ -18,16 +18,16 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from .chat_prompt import ChatInput, parse_chat_input, render_prompt
-from .http_server import EventStream, Request, route
+from .server import EventStream, Request, route
 from . import fields
-from .io_struct import GenerateReqInput, LogprobParams
+from ..wire.io_struct import GenerateReqInput, LogprobParams
 from .logprobs import chat_content
-from .openai_api import openai_finish, parse_openai_sampling
+from .openai import openai_finish, parse_openai_sampling
 from .parse import parse_rid
 from .validate import as_bool, bad, check_unknown, get_bool, get_int, get_str, require_object
 
 if TYPE_CHECKING:
-    from .tokenizer_manager import ModelEntry, ReqState
+    from ..managers.tokenizer_manager import ModelEntry, ReqState
 
 # What the template sees, besides messages.
 TEMPLATE_FIELDS = ("messages", "tools", "documents", "chat_template_kwargs", "add_generation_prompt",
@@ -94,12 +94,12 @@ def prompt_ids(model: "ModelEntry", inp: ChatInput, add_special_tokens: bool = F
 
 
 class ChatRoutes:
-    """Mixed into :class:`mtok.api.Api`, which provides tm, args, collect, first_then_rest, usage."""
+    """Mixed into :class:`mtok.api.native.Api`, which provides tm, args, collect, first_then_rest, usage."""
 
     @route("POST", "/v1/chat/completions")
     def chat_completions(self, req: Request) -> Any:
         body = require_object(req.json())
-        got = fields.read(body, fields.CHAT, self.args.strict_fields)  # mtok.fields: what each field does
+        got = fields.read(body, fields.CHAT, self.args.strict_fields)  # mtok.api.fields: what each field does
         if "messages" not in body:
             raise bad("'messages' is required", "messages")
         _check_chat_only(body)

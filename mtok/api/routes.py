@@ -1,7 +1,7 @@
 """What a route is: the marks on an app's methods, the request they are given,
 and the shapes they may return.
 
-Kept apart from :mod:`mtok.http_server` (which re-exports these names) so
+Kept apart from :mod:`mtok.api.server` (which re-exports these names) so
 that the transport holds only the transport.
 """
 

@@ -4,7 +4,7 @@ Single-worker mode sends each step's whole ``BatchStrOutput`` to the one
 TokenizerManager.  In multi-worker mode the
 :class:`MultiHttpWorkerDetokenizerMixin` loop splits every batch by the IPC
 name stamped on each request and sends each worker its own piece, through a
-:class:`~mtok.socket_mapping.SocketMapping`.
+:class:`~mtok.wire.socket_mapping.SocketMapping`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import logging
 import signal
 from typing import Any, Dict, List, Optional, Tuple
 
-from .args import PortArgs, ServerArgs, read_args
+from ..wire.args import PortArgs, ServerArgs, read_args
 from .decoding import DecodeState, IncrementalDecoder, stop_holdback
-from .finish import FinishReason, FinishStop
-from .io_struct import AbortReq, BaseBatchReq, BatchStrOutput, BatchTokenIDOutput, group_by_worker
-from .ipc import Receiver, Sender
-from .socket_mapping import SocketMapping
-from .procutil import ChildBoot, exit_now, on_signal
+from ..wire.finish import FinishReason, FinishStop
+from ..wire.io_struct import AbortReq, BaseBatchReq, BatchStrOutput, BatchTokenIDOutput, group_by_worker
+from ..wire.ipc import Receiver, Sender
+from ..wire.socket_mapping import SocketMapping
+from ..procutil import ChildBoot, exit_now, on_signal
 from .models import load_tokenizers
 
 logger = logging.getLogger(__name__)

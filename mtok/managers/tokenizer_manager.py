@@ -7,7 +7,7 @@ detokenizer's pieces arrive on a receiver thread (``handle_loop``).
 
 :class:`TokenizerWorker` is the multi-worker variant.  It overrides only where
 requests go and where results come back: its own IPC name, and a
-:class:`~mtok.ipc.SenderWrapper` that stamps that name on everything sent.
+:class:`~mtok.wire.ipc.SenderWrapper` that stamps that name on everything sent.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
-from .args import PortArgs, ServerArgs
-from .chat_templates import ModelChat, load_chats
-from .finish import FinishAbort, FinishReason
-from .io_struct import (
+from ..wire.args import PortArgs, ServerArgs
+from ..api.chat_templates import ModelChat, load_chats
+from ..wire.finish import FinishAbort, FinishReason
+from ..wire.io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
     BatchStrOutput,
@@ -33,12 +33,12 @@ from .io_struct import (
     TokenizedEmbeddingReqInput,
     TokenizedGenerateReqInput,
 )
-from .ipc import Receiver, Sender, SenderWrapper
-from .limits import check_batch_size, check_client_rids, check_stops, new_rid
-from .metrics import Metrics
+from ..wire.ipc import Receiver, Sender, SenderWrapper
+from ..api.limits import check_batch_size, check_client_rids, check_stops, new_rid
+from ..wire.metrics import Metrics
 from .models import load_tokenizers
-from .tokenizer import Tokenizer
-from .validate import APIError, bad, show
+from ..tokenizer import Tokenizer
+from ..api.validate import APIError, bad, show
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class TokenizerManager:
         return entry
 
     def new_rid(self) -> str:
-        """Unguessable, and never one a client may choose (see :mod:`mtok.limits`)."""
+        """Unguessable, and never one a client may choose (see :mod:`mtok.api.limits`)."""
         return new_rid()
 
     @property

@@ -2,15 +2,15 @@
 engine whose step may return several tokens, none, or a finish of its own, with
 logprob rows that arrive with the tokens, and a health of its own.
 
-Kept apart from :mod:`mtok.scheduler` so the synchronous path there stays as
-it was; :class:`mtok.scheduler.Scheduler` mixes this in.
+Kept apart from :mod:`mtok.managers.scheduler` so the synchronous path there stays as
+it was; :class:`mtok.managers.scheduler.Scheduler` mixes this in.
 """
 
 from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-from .engines import Engine, EngineOutput
+from ..engines import Engine, EngineOutput
 
 
 class AsyncEngineSupport:

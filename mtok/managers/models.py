@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from .tokenizer import Tokenizer, load_tokenizer
+from ..tokenizer import Tokenizer, load_tokenizer
 
 
 @dataclass(frozen=True)

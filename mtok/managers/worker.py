@@ -15,13 +15,13 @@ import threading
 import time
 from typing import Callable, Optional
 
-from .api import Api
-from .args import ServerArgs, read_args
-from .http_server import HTTPServer
-from .listen import make_listen_socket
-from .metrics import publish
-from .procutil import ChildBoot, exit_now, on_signal
-from .status import ServerState, StatusBoard
+from ..api.native import Api
+from ..wire.args import ServerArgs, read_args
+from ..api.server import HTTPServer
+from ..api.listen import make_listen_socket
+from ..wire.metrics import publish
+from ..procutil import ChildBoot, exit_now, on_signal
+from ..wire.status import ServerState, StatusBoard
 from .tokenizer_manager import TokenizerManager, TokenizerWorker
 
 logger = logging.getLogger(__name__)

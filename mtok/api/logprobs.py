@@ -3,7 +3,7 @@
 The scheduler asks the engine for (logprob, token id) pairs, the detokenizer
 turns each into SGLang's ``[logprob, token_id, text-or-None]`` triple (texts
 decoded in one batch per step), and the HTTP side keeps them per request
-under SGLang's ``meta_info`` keys (:data:`mtok.io_struct.LOGPROB_KEYS`).  This
+under SGLang's ``meta_info`` keys (:data:`mtok.wire.io_struct.LOGPROB_KEYS`).  This
 module renders those for SGLang (``meta_info``), OpenAI completions
 (``tokens`` / ``token_logprobs`` / ``top_logprobs`` / ``text_offset``) and
 OpenAI chat (``content[].{token, logprob, bytes, top_logprobs}``).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from .io_struct import LOGPROB_KEYS
+from ..wire.io_struct import LOGPROB_KEYS
 
 OUTPUT_KEYS = tuple(k for k in LOGPROB_KEYS if k.startswith("output_"))
 

@@ -17,7 +17,7 @@ reason               SGLang ``meta_info``        OpenAI ``finish_reason``,      
 ===================  ==========================  =============================  ===================
 
 The pattern is SGLang's ``BaseFinishReason`` subclasses with ``to_json``.  The
-objects are what crosses process boundaries (``mtok.ipc`` allows them through
+objects are what crosses process boundaries (``mtok.wire.ipc`` allows them through
 its unpickler); engines written against the older dict form may still return
 dicts, and :func:`as_finish` turns either into one of these.
 """

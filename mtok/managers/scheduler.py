@@ -18,11 +18,11 @@ import signal
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
-from .args import PortArgs, ServerArgs, read_args
+from ..wire.args import PortArgs, ServerArgs, read_args
 from .decoding import DecodeState, IncrementalDecoder, find_stop
-from .engines import EngineContext, EngineOutput, capability_refusal, load_engine
-from .finish import FinishAbort, FinishLength, FinishReason, FinishStop, as_finish
-from .io_struct import (
+from ..engines import EngineContext, EngineOutput, capability_refusal, load_engine
+from ..wire.finish import FinishAbort, FinishLength, FinishReason, FinishStop, as_finish
+from ..wire.io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
     BatchTokenIDOutput,
@@ -32,11 +32,11 @@ from .io_struct import (
     TokenizedEmbeddingReqInput,
     TokenizedGenerateReqInput,
 )
-from .ipc import Receiver, Sender
+from ..wire.ipc import Receiver, Sender
 from .scheduler_async import AsyncEngineSupport, has_health
-from .metrics import publish
-from .procutil import ChildBoot, exit_now, on_signal
-from .status import SCHEDULER_SLOT, StatusBoard
+from ..wire.metrics import publish
+from ..procutil import ChildBoot, exit_now, on_signal
+from ..wire.status import SCHEDULER_SLOT, StatusBoard
 from .models import load_tokenizers
 from .scheduler_logprobs import LogprobSteps
 
@@ -186,9 +186,8 @@ class Scheduler(LogprobSteps, AsyncEngineSupport):
         elif refusal is not None:
             req.finished_reason = abort_reason(refusal[0], 400, refusal[1])
         elif req.logprobs is not None and req.logprobs.start_len > len(req.input_ids):
-            req.finished_reason = dict(abort_reason(f"'logprob_start_len' ({req.logprobs.start_len}) exceeds the "
-                                                    f"prompt's {len(req.input_ids)} tokens", 400),
-                                       param="logprob_start_len")
+            req.finished_reason = abort_reason(f"'logprob_start_len' ({req.logprobs.start_len}) exceeds the "
+                                               f"prompt's {len(req.input_ids)} tokens", 400, "logprob_start_len")
         elif msg.rid in self.reqs:
             req.finished_reason = abort_reason(f"request id {msg.rid!r} is already in use", 400)
         elif len(self.reqs) >= self.capacity:

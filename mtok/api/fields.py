@@ -229,9 +229,9 @@ def read(body: Dict[str, Any], api: str, strict: bool, prefix: str = "") -> Dict
 
 
 def markdown() -> str:
-    """The table as docs/fields.md (``python -m mtok.fields > docs/fields.md``; a test keeps them equal)."""
+    """The table as docs/fields.md (``python -m mtok.api.fields > docs/fields.md``; a test keeps them equal)."""
     lines = ["# Request fields", "",
-             "Generated from `mtok/fields.py` by `python -m mtok.fields > docs/fields.md`; do not edit by hand.",
+             "Generated from `mtok/api/fields.py` by `python -m mtok.api.fields > docs/fields.md`; do not edit by hand.",
              "Where: `generate` (`/generate`), `sampling_params` (its `sampling_params`), `encode` (`/encode`),",
              "`completions`, `chat` and `embeddings` (`/v1/...`).  A field in no row is ignored and logged once",
              "(`--strict-fields`: a 400).", "",

@@ -3,7 +3,7 @@
 Each limit bounds work that one request could otherwise make every other
 request pay for: stop strings are matched on every step of every request
 that has them, and a batch is tokenized and de-duplicated on the handler's
-thread.  The limits are flags (see :mod:`mtok.args`) and the README's
+thread.  The limits are flags (see :mod:`mtok.wire.args`) and the README's
 Operations section lists them.
 
 Request ids: a generated id is ``mtok-`` and 128 random bits, so nobody can

@@ -14,10 +14,10 @@ import logging
 import threading
 from typing import Any, Iterable
 
-from .args import PortArgs
-from .io_struct import AbortReq
-from .ipc import Receiver, Sender
-from .socket_mapping import SocketMapping
+from ..wire.args import PortArgs
+from ..wire.io_struct import AbortReq
+from ..wire.ipc import Receiver, Sender
+from ..wire.socket_mapping import SocketMapping
 
 logger = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, List, Optional
 
-from .chat_api import OutputParser
-from .parser_api import check_tools
-from .parsers import make_reasoning_parser, make_tool_parser
+from .chat import OutputParser
+from .parser_routes import check_tools
+from ..parsers import make_reasoning_parser, make_tool_parser
 from .validate import APIError, bad, get_bool
 
 PARSER_FIELDS = {"separate_reasoning", "stream_reasoning"}

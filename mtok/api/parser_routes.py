@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from .http_server import Request, route
-from .parsers import REASONING_FORMATS, TOOL_PARSERS, make_reasoning_parser, make_tool_parser
+from .server import Request, route
+from ..parsers import REASONING_FORMATS, TOOL_PARSERS, make_reasoning_parser, make_tool_parser
 from .validate import bad, check_unknown, get_bool, get_str, require_object
 
 

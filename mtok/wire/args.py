@@ -8,7 +8,7 @@ under /dev/shm, and nothing read from a file should be able to run code.
 Where shared memory is unavailable (no /dev/shm, or ``MTOK_SHM_DIR`` names a
 directory that does not exist) the same JSON travels to each child over the
 process-start pipe instead (:func:`args_ref`), and segments whose name is a
-path are files mapped with mmap (``mtok.filemem``).
+path are files mapped with mmap (``mtok.wire.filemem``).
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
-from .chat import BACKENDS as CHAT_TEMPLATE_BACKENDS
+from ..chat import BACKENDS as CHAT_TEMPLATE_BACKENDS
+from ..procutil import pid_alive
 from .filemem import FileSegment, is_file_segment
 from .ipc import ipc_name
 
 if TYPE_CHECKING:
-    from .models import ModelSpec
+    from ..managers.models import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class ServerArgs:
         return "mtok-default"
 
     def model_specs(self) -> "List[ModelSpec]":
-        from .models import ModelSpec
+        from ..managers.models import ModelSpec
 
         if not self.models:
             return [ModelSpec(self.model_name, self.tokenizer_path, self.engine)]
@@ -211,7 +212,7 @@ class ServerArgs:
 
     def parsers(self) -> "Dict[str, Dict[str, str]]":
         """{"tool": {model: parser}, "reasoning": {model: parser}} from the two flags."""
-        from .parsers import REASONING_FORMATS, TOOL_PARSERS, per_model
+        from ..parsers import REASONING_FORMATS, TOOL_PARSERS, per_model
 
         names = [s.name for s in self.model_specs()]
         return {"tool": per_model(self.tool_call_parser, names, TOOL_PARSERS, "--tool-call-parser"),
@@ -226,8 +227,8 @@ class ServerArgs:
 
     def _check_chat_templates(self) -> List[str]:
         """Template files that do not exist, and a backend that is not there, are refused before boot."""
-        from .chat import TemplateError, resolve_backend
-        from .chat_templates import ChatTemplateFileError, template_flags
+        from ..chat import TemplateError, resolve_backend
+        from ..api.chat_templates import ChatTemplateFileError, template_flags
 
         problems = []
         try:
@@ -394,16 +395,6 @@ def unlink_shm(shm: Optional[shared_memory.SharedMemory]) -> None:
             shm.unlink()
     except FileNotFoundError:
         pass
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def remove_stale_segments(shm_dir: Optional[str] = None) -> List[str]:

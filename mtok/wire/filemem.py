@@ -5,7 +5,7 @@ there ``SharedMemory`` fails.  mtok then keeps its status board in a file in
 the server's private 0700 socket directory, mapped with ``mmap`` by every
 process: the same pages, the same lock-free single-writer layout, so nothing
 that reads or writes the board changes.  (The server arguments, the other
-segment, then travel over the process-start pipe instead; see ``mtok.args``.)
+segment, then travel over the process-start pipe instead; see ``mtok.wire.args``.)
 
 :class:`FileSegment` has the part of ``SharedMemory``'s interface mtok uses:
 ``name``, ``size``, ``buf``, ``close()`` and ``unlink()``.

@@ -13,14 +13,14 @@ from urllib.parse import unquote
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from . import fields
-from .http_server import EventStream, Request, route
-from .io_struct import GenerateReqInput, LogprobParams, SamplingParams
+from .server import EventStream, Request, route
+from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
 from .logprobs import CompletionLogprobs, merge
 from .parse import parse_rid, response_format, sampling_params
 from .validate import _json_type, as_int, bad, get_bool, get_int, get_str, require_object, token_list
 
 if TYPE_CHECKING:
-    from .tokenizer_manager import ReqState
+    from ..managers.tokenizer_manager import ReqState
 
 def parse_prompt(prompt: Any, obj: GenerateReqInput) -> None:
     """OpenAI's four prompt shapes: a string, strings, a token list, token lists."""
@@ -124,7 +124,7 @@ def openai_finish(st: "ReqState") -> "tuple[Optional[str], Any]":
 
 
 class OpenAIRoutes:
-    """Mixed into :class:`mtok.api.Api`, which provides tm, created, collect, first_then_rest."""
+    """Mixed into :class:`mtok.api.native.Api`, which provides tm, created, collect, first_then_rest."""
 
     @route("GET", "/v1/models")
     def list_models(self, req: Request) -> Any:

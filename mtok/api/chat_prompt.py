@@ -28,7 +28,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from .chat import TemplateError
+from ..chat import TemplateError
 from .chat_templates import Compiled, ModelChat
 from .validate import _json_type, as_str, bad, get_bool
 
