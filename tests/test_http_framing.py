@@ -285,7 +285,7 @@ HEADS = [
 def test_a_head_read_at_once_or_in_pieces_reads_the_same(raw):
     """read_headers takes a fully buffered head in one piece and reads any other line by
     line: a differential test of the two paths, on good heads and broken ones."""
-    from mtok.http_framing import FramingError, read_headers
+    from mtok.api.framing import FramingError, read_headers
 
     def outcome(step: int):
         rfile = io.BufferedReader(_Trickle(raw, step), 8192)
