@@ -49,6 +49,19 @@ def ratios(mine: Dict[str, Any], peer: Dict[str, Any]) -> Dict[str, Optional[flo
     return out
 
 
+def paired_ratios(mine: List[Dict[str, Any]], peer: List[Dict[str, Any]], key: str) -> Dict[str, Dict[str, float]]:
+    """mtok / peer round by round (each pair ran back to back, so a machine whose load
+    drifts hits both alike): the median ratio, and the least and greatest, per measure."""
+    out: Dict[str, Dict[str, float]] = {}
+    for measure in (key, "server_cpu_ms_per_request"):
+        each = sorted(a[measure] / b[measure] for a, b in zip(mine, peer)
+                      if isinstance(a.get(measure), (int, float)) and b.get(measure))
+        if each:
+            out[measure] = {"median": round(each[(len(each) - 1) // 2], 3), "min": round(each[0], 3),
+                            "max": round(each[-1], 3)}
+    return out
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mtok.bench compare", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,12 +88,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     key = "output_tokens_per_s" if workload.stream else "requests_per_s"
     mine, peer = median_run(runs["mtok"], key), median_run(runs["fastapi"], key)
     summary = {"label": args.label, "mtok": mine, "fastapi": peer, "ratio": ratios(mine, peer),
-               "rounds": {k: [r[key] for r in v] for k, v in runs.items()}}
+               "rounds": {k: [r[key] for r in v] for k, v in runs.items()},
+               "paired_ratio": paired_ratios(runs["mtok"], runs["fastapi"], key)}
     print(table(runs["mtok"] + runs["fastapi"], LOAD_COLUMNS))
     print(f"\nmedian of {args.rounds} round(s), mtok / fastapi:")
     for k, name in RATIOS:
         if summary["ratio"][k] is not None:
             print(f"  {name:<15} {summary['ratio'][k]:.2f}x   ({_short(lookup(mine, k))} vs {_short(lookup(peer, k))})")
+    for k, p in summary["paired_ratio"].items():
+        print(f"  paired by round, {k}: median {p['median']:.2f}x (from {p['min']:.2f}x to {p['max']:.2f}x)")
     for kind, run in (("mtok", mine), ("fastapi", peer)):
         if run.get("server_cpu_ms_per_request_by_process"):
             print(f"CPU ms/request by process, {kind}: {cpu_breakdown(run)}")
