@@ -25,7 +25,9 @@ from .validate import APIError
 MAX_HEADERS = 100
 MAX_LINE = 65536  # a request line or a header line
 MAX_CHUNK_LINE = 1024  # a chunk-size line, extensions included
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: a header name
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # RFC 9110 token: a header name
+# a header line: a token, ':', the value (no CR or LF; linear: no lazy part to backtrack)
+_FIELD = re.compile(rf"({_TOKEN}):([^\r\n]*)")
 _DIGITS = re.compile(r"[0-9]{1,18}")
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
@@ -73,15 +75,11 @@ def read_headers(rfile: Any) -> Headers:
         return _read_header_lines(rfile)
     headers = Headers()
     for line in head:
-        if b"\r" in line or b"\n" in line:
-            raise FramingError(f"a header line must end with CRLF and hold no bare CR or LF: {line[:100]!r}")
-        if len(headers) >= MAX_HEADERS:
-            raise FramingError(f"more than {MAX_HEADERS} headers", 431)
         parse_header_line(headers, line)
     return headers
 
 
-def _buffered_head(rfile: Any) -> Optional[List[bytes]]:
+def _buffered_head(rfile: Any) -> Optional[List[str]]:
     """The head's lines (without CRLF) if its end is already buffered, consumed from
     ``rfile``; None (nothing consumed) if it is not, or ``rfile`` cannot peek."""
     peek = getattr(rfile, "peek", None)
@@ -95,7 +93,7 @@ def _buffered_head(rfile: Any) -> Optional[List[bytes]]:
     if end < 0:
         return None
     rfile.read(end + 4)  # from the buffer: no system call
-    return buffered[:end].split(b"\r\n")
+    return buffered[:end].decode("iso-8859-1").split("\r\n")
 
 
 def _read_header_lines(rfile: Any) -> Headers:
@@ -109,16 +107,26 @@ def _read_header_lines(rfile: Any) -> Headers:
         line = crlf_line(raw, "a header line")
         if not line:
             return headers
-        if len(headers) >= MAX_HEADERS:
-            raise FramingError(f"more than {MAX_HEADERS} headers", 431)
-        parse_header_line(headers, line)
+        parse_header_line(headers, line.decode("iso-8859-1"))
 
 
-def parse_header_line(headers: Headers, line: bytes) -> None:
-    name, sep, value = line.decode("iso-8859-1").partition(":")
-    if not sep or not _TOKEN.fullmatch(name):  # also refuses obs-fold and a space before ':'
-        raise FramingError(f"malformed header line {line[:100]!r}")
+def parse_header_line(headers: Headers, line: str) -> None:
+    """One ``name: value`` line (CRLF removed) into ``headers``, with one regular
+    expression (a token, a colon, a value), the value without the spaces and tabs around it."""
+    m = _FIELD.fullmatch(line)
+    if m is None or len(headers) >= MAX_HEADERS:
+        _refuse_line(headers, line)
+    name, value = m.groups()
     add_header(headers, name.lower(), value.strip(" \t"))
+
+
+def _refuse_line(headers: Headers, line: str) -> None:
+    if "\r" in line or "\n" in line:
+        raise FramingError(f"a header line must end with CRLF and hold no bare CR or LF: {line[:100]!r}")
+    if len(headers) >= MAX_HEADERS:
+        raise FramingError(f"more than {MAX_HEADERS} headers", 431)
+    # no token before the colon: obs-fold, a space before ':', no colon at all
+    raise FramingError(f"malformed header line {line[:100]!r}")
 
 
 def add_header(headers: Headers, name: str, value: str) -> None:
