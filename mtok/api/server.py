@@ -32,6 +32,7 @@ from .framing import (
     body_framing,
     connection_options,
     crlf_line,
+    field,
     is_json_type,
     read_chunked,
     read_exact,
@@ -189,7 +190,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         self.command, self.request_version = command, version
         self.path = "/" + path.lstrip("/") if path.startswith("//") else path
         headers = self.headers = read_headers(self.rfile)
-        if version == "HTTP/1.1" and not headers.get("host"):
+        if version == "HTTP/1.1" and not field(headers, "host"):
             raise FramingError("HTTP/1.1 requests need a Host header")
         self.framing, self.body_length = body_framing(headers, version, self.server.max_body)
         options = connection_options(headers)
@@ -232,7 +233,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             if handler is None:
                 allow = ", ".join(sorted(methods))
                 raise APIError(f"{self.command} is not allowed on {path}; use {allow}", 405, headers={"Allow": allow})
-            if self.command in ("POST", "PUT", "PATCH") and not is_json_type(self.headers.get("content-type")):
+            if self.command in ("POST", "PUT", "PATCH") and not is_json_type(field(self.headers, "content-type")):
                 raise APIError(f"Content-Type {self.headers.get('content-type')!r} is not JSON; send "
                                "application/json", 415)
             raw = self.read_body()
@@ -295,7 +296,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             if self.command in ("POST", "PUT", "PATCH") and "content-length" not in self.headers:
                 raise APIError("a request body needs Content-Length or chunked encoding", 411)
             return b""
-        if self.headers.get("expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
+        if field(self.headers, "expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
             self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             self.wfile.flush()
         expired = lambda: self.expired  # noqa: E731
