@@ -328,8 +328,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             headers = dict(headers)
             content_type = headers.pop("Content-Type")
         head = self._head(status, f"Content-Type: {content_type}\r\nContent-Length: {len(data)}\r\n", headers)
-        # One send, past the buffered writer (nothing is left in it: what it was given,
-        # a 100 Continue, was flushed at once).
+        # one send, past the buffered writer (empty: a 100 Continue is flushed at once)
         self.connection.sendall(head if self.command == "HEAD" else head + data)
 
     def _head(self, status: int, fields: str, headers: Optional[Dict[str, str]]) -> bytes:
