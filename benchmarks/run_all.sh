@@ -39,6 +39,12 @@ bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --endpoint tokenize --input-le
 # 4. pipeline latency: one request at a time, short prompt, one token
 bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --endpoint generate --input-len 8 --output-len 1 \
   --concurrency 1 --clients 1 --label "latency at concurrency 1" --json "$OUT/compare-latency.json"
+# 5. two workers, natural text (English, Korean, code, mixed in turn): 2 KB /generate and short /tokenize,
+#    with the CPU per request split by process
+bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --workers 2 --text natural --endpoint generate --input-len 500 \
+  --output-len 1 --concurrency 32 --label "/generate, natural text, N = 2" --json "$OUT/compare-generate-2kb-natural-n2.json"
+bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --workers 2 --text natural --endpoint tokenize --input-len 20 \
+  --concurrency 32 --label "/tokenize, natural text, N = 2" --json "$OUT/compare-tokenize-natural-n2.json"
 
 # worker scaling, N = 1, 2 (up to the cores here), both servers: the curves
 bench sweep "${PEER[@]}" "${RUN[@]}" --with-peer --max-workers "$(nproc)" --endpoint generate --input-len 400 \

@@ -88,7 +88,18 @@ def compare_table(doc: Dict[str, Any]) -> str:
             f"bytes), {output}{'streamed, ' if w['stream'] else ''}concurrency {w['concurrency']}, "
             f"{w['duration']:g} s after {w['warmup']:g} s warm-up; median of {doc['params']['rounds']} rounds "
             f"({per_round} per round: mtok {_list(r['rounds']['mtok'])}; FastAPI {_list(r['rounds']['fastapi'])})")
-    return what + "\n\n" + md(["", "mtok", "FastAPI peer", "mtok / peer"], rows)
+    return what + "\n\n" + md(["", "mtok", "FastAPI peer", "mtok / peer"], rows) + cpu_by_process(r)
+
+
+def cpu_by_process(r: Dict[str, Any]) -> str:
+    """A line per server: where its CPU per request went, process by process."""
+    lines = []
+    for side, name in (("mtok", "mtok"), ("fastapi", "FastAPI peer")):
+        by = r[side].get("server_cpu_ms_per_request_by_process")
+        if by:
+            parts = " + ".join(f"{role} {ms:.3f}" for role, ms in by.items() if ms >= 0.0005 or role == "main")
+            lines.append(f"- {name}: {parts} ms")
+    return "\n\nCPU ms per request, by process:\n\n" + "\n".join(lines) if lines else ""
 
 
 def sweep_table(doc: Dict[str, Any]) -> str:
@@ -146,6 +157,8 @@ SECTIONS = [
     ("compare-stream", "Streaming, one worker", compare_table),
     ("compare-tokenize", "/tokenize of a short prompt, one worker", compare_table),
     ("compare-latency", "Pipeline latency at concurrency 1", compare_table),
+    ("compare-generate-2kb-natural-n2", "/generate, ~2 KB of natural text, two workers", compare_table),
+    ("compare-tokenize-natural-n2", "/tokenize of a short natural-text prompt, two workers", compare_table),
     ("sweep-generate-2kb", "Worker scaling: /generate, 2 KB prompts, 1 output token", sweep_table),
     ("sweep-stream", "Worker scaling: streaming, 256 output tokens", sweep_table),
     ("detok", "The detokenizer: streaming vs one decode", detok_table),

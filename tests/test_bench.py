@@ -64,6 +64,41 @@ def test_load_against_a_running_server_streams_and_finds_its_pid(tmp_path, serve
 
 
 @pytest.mark.fast
+def test_load_of_natural_text_splits_the_cpu_by_process(tmp_path, server):
+    """--text natural: prose, Korean, code and a mixture, each cut to the token count; the
+    server's CPU per request comes split over its processes, and the parts add up."""
+    doc = bench(tmp_path, "load", "--url", f"http://{server.host}:{server.port}", "--text", "natural",
+                "--endpoint", "generate", "--input-len", "64", "--output-len", "1", "--concurrency", "4", *SHORT)
+    result = doc["results"]
+    check_load(result)
+    assert doc["params"]["workload"]["text"] == "natural"
+    assert 60 <= result["mean_input_tokens"] <= 64  # a cut by characters may fall a token or so short
+    by = result["server_cpu_ms_per_request_by_process"]
+    assert {"main", "scheduler", "detokenizer", "worker-1", "worker-2"} <= set(by), by
+    assert sum(by.values()) == pytest.approx(result["server_cpu_ms_per_request"], abs=0.01)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("backend", ["auto", "python"])
+def test_natural_prompts_hold_their_scripts_and_token_counts(backend):
+    from mtok.bench.natural_text import NaturalPromptMaker
+    from mtok.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(None, backend)
+    maker = NaturalPromptMaker(tok, "natural", seed=1)
+    prompts = [maker.make(200) for _ in range(8)]
+    for p in prompts:
+        assert 195 <= len(tok.encode(p)) <= 200, p[:80]
+    english, korean, code, mixed = prompts[:4]
+    hangul = lambda s: sum("\uac00" <= c <= "\ud7a3" for c in s)  # noqa: E731
+    assert hangul(korean) > len(korean) // 2 and hangul(english) == 0 and hangul(code) == 0
+    assert hangul(mixed) > 0 and "```" in mixed
+    assert code.count("\n") > 5 and ("def " in code or "import " in code or "return" in code)
+    assert prompts[4:] != prompts[:4]  # the next round of kinds takes other slices
+    assert NaturalPromptMaker(tok, "korean", seed=1).make(200) != NaturalPromptMaker(tok, "korean", seed=2).make(200)
+
+
+@pytest.mark.fast
 def test_load_by_count_and_rate_mixed(tmp_path, server):
     doc = bench(tmp_path, "load", "--url", f"http://{server.host}:{server.port}", "--endpoint", "mixed",
                 "--requests", "60", "--rate", "200", "--input-len", "8", "--output-len", "4", *SHORT)
@@ -152,6 +187,8 @@ def test_compare_with_the_fastapi_peer(tmp_path):
     for side in ("mtok", "fastapi"):
         check_load(result[side])
     assert result["ratio"]["requests_per_s"] > 0
+    assert {"main", "scheduler", "detokenizer"} <= set(result["mtok"]["server_cpu_ms_per_request_by_process"])
+    assert {"main", "engine"} <= set(result["fastapi"]["server_cpu_ms_per_request_by_process"])
 
 
 def test_compare_says_why_it_skips_a_missing_peer(tmp_path):

@@ -3,6 +3,7 @@ desync, bounded bodies whatever the framing (issue 16: findings 1, 6, 8, 14)."""
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 from typing import List, Tuple
@@ -245,3 +246,54 @@ def test_header_lookups_fold_case_every_way():
     for key in ("content-type", "Content-Type", "CONTENT-TYPE"):
         assert key in headers and headers[key] == "application/json" and headers.get(key) == "application/json"
     assert headers["X-A"] == "1, 2" and "x-b" not in headers and headers.get("X-B", "none") == "none"
+
+
+class _Trickle(io.RawIOBase):
+    """A raw stream that hands out at most ``step`` bytes per read, as a slow socket does."""
+
+    def __init__(self, data: bytes, step: int):
+        self.data, self.step = data, step
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = min(len(b), self.step, len(self.data))
+        b[:n], self.data = self.data[:n], self.data[n:]
+        return n
+
+
+HEADS = [
+    b"Host: a\r\nContent-Length: 3\r\n\r\nabc",
+    b"\r\nabc",
+    b"Host: a\r\nX-A: 1\r\nx-a: 2\r\nContent-Type: application/json\r\n\r\n{}",
+    b"Host: a\r\nHost: a\r\n\r\n",
+    b"Host: a\r\nHost: b\r\n\r\n",  # conflicting
+    b"Host: a\nX: 1\r\n\r\n",  # bare LF
+    b"Host: a\r\nX: 1\rY: 2\r\n\r\n",  # bare CR
+    b"Host: a\r\n\n\r\n\r\n",  # a bare-LF empty line
+    b"Host : a\r\n\r\n",  # space before the colon
+    b"Host: a\r\n folded\r\n\r\n",  # obs-fold
+    b"NoColon\r\n\r\n",
+    b"Host: a\r\n",  # the connection closes inside the head
+    b"".join(b"X-%d: v\r\n" % i for i in range(101)) + b"\r\n",  # too many
+    b"".join(b"X-%d: v\r\n" % i for i in range(100)) + b"\r\nrest",  # just enough
+]
+
+
+@pytest.mark.parametrize("raw", HEADS, ids=range(len(HEADS)))
+def test_a_head_read_at_once_or_in_pieces_reads_the_same(raw):
+    """read_headers takes a fully buffered head in one piece and reads any other line by
+    line: a differential test of the two paths, on good heads and broken ones."""
+    from mtok.api.framing import FramingError, read_headers
+
+    def outcome(step: int):
+        rfile = io.BufferedReader(_Trickle(raw, step), 8192)
+        try:
+            return dict(read_headers(rfile)), rfile.read()
+        except FramingError as e:
+            return "refused", e.status
+
+    whole, pieces = outcome(len(raw) or 1), outcome(3)
+    assert whole == pieces
+    assert outcome(1) == whole

@@ -18,14 +18,16 @@ gathered in one buffer, so many tiny chunks cost no more memory than one.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .validate import APIError
 
 MAX_HEADERS = 100
 MAX_LINE = 65536  # a request line or a header line
 MAX_CHUNK_LINE = 1024  # a chunk-size line, extensions included
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token: a header name
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # RFC 9110 token: a header name
+# a header line: a token, ':', the value (no CR or LF; linear: no lazy part to backtrack)
+_FIELD = re.compile(rf"({_TOKEN}):([^\r\n]*)")
 _DIGITS = re.compile(r"[0-9]{1,18}")
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
@@ -55,6 +57,11 @@ class Headers(dict):
         return dict.__contains__(self, key.lower() if isinstance(key, str) else key)
 
 
+# What the hot path calls with a name it spells in lower case: the plain dict
+# lookup, without the fold (and the Python call) of Headers.get.
+field = dict.get
+
+
 def crlf_line(line: bytes, what: str) -> bytes:
     """The line without its CRLF; a bare LF or CR anywhere is refused."""
     if not line.endswith(b"\r\n") or b"\r" in line[:-2] or b"\n" in line[:-2]:
@@ -63,6 +70,38 @@ def crlf_line(line: bytes, what: str) -> bytes:
 
 
 def read_headers(rfile: Any) -> Headers:
+    """The header fields up to the empty line.  When the whole head is already in the
+    reader's buffer (the usual case: it came in the same packet as the request line)
+    it is taken in one piece and split; else it is read line by line.  Both refuse
+    exactly the same heads: in a head whose lines all end with CRLF and hold no other
+    CR or LF, the first CRLFCRLF is its end."""
+    head = _buffered_head(rfile)
+    if head is None:
+        return _read_header_lines(rfile)
+    headers = Headers()
+    for line in head:
+        parse_header_line(headers, line)
+    return headers
+
+
+def _buffered_head(rfile: Any) -> Optional[List[str]]:
+    """The head's lines (without CRLF) if its end is already buffered, consumed from
+    ``rfile``; None (nothing consumed) if it is not, or ``rfile`` cannot peek."""
+    peek = getattr(rfile, "peek", None)
+    if peek is None:
+        return None
+    buffered = peek()
+    if buffered[:2] == b"\r\n":
+        rfile.read(2)
+        return []
+    end = buffered.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    rfile.read(end + 4)  # from the buffer: no system call
+    return buffered[:end].decode("iso-8859-1").split("\r\n")
+
+
+def _read_header_lines(rfile: Any) -> Headers:
     headers = Headers()
     while True:
         raw = rfile.readline(MAX_LINE + 1)
@@ -73,22 +112,38 @@ def read_headers(rfile: Any) -> Headers:
         line = crlf_line(raw, "a header line")
         if not line:
             return headers
-        if len(headers) >= MAX_HEADERS:
-            raise FramingError(f"more than {MAX_HEADERS} headers", 431)
-        name, sep, value = line.decode("iso-8859-1").partition(":")
-        if not sep or not _TOKEN.fullmatch(name):  # also refuses obs-fold and a space before ':'
-            raise FramingError(f"malformed header line {line[:100]!r}")
-        add_header(headers, name.lower(), value.strip(" \t"))
+        parse_header_line(headers, line.decode("iso-8859-1"))
+
+
+def parse_header_line(headers: Headers, line: str) -> None:
+    """One ``name: value`` line (CRLF removed) into ``headers``, with one regular
+    expression (a token, a colon, a value), the value without the spaces and tabs around it."""
+    m = _FIELD.fullmatch(line)
+    if m is None or len(headers) >= MAX_HEADERS:
+        _refuse_line(headers, line)
+    name, value = m.groups()
+    add_header(headers, name.lower(), value.strip(" \t"))
+
+
+def _refuse_line(headers: Headers, line: str) -> None:
+    if "\r" in line or "\n" in line:
+        raise FramingError(f"a header line must end with CRLF and hold no bare CR or LF: {line[:100]!r}")
+    if len(headers) >= MAX_HEADERS:
+        raise FramingError(f"more than {MAX_HEADERS} headers", 431)
+    # no token before the colon: obs-fold, a space before ':', no colon at all
+    raise FramingError(f"malformed header line {line[:100]!r}")
 
 
 def add_header(headers: Headers, name: str, value: str) -> None:
-    if name not in headers:
-        headers[name] = value
+    """``name`` is lower case already, so the plain dict methods do (no second fold)."""
+    old = dict.get(headers, name)
+    if old is None:
+        dict.__setitem__(headers, name, value)
     elif name in ("content-length", "host", "authorization"):
-        if headers[name] != value:  # two framings or two identities: refuse to pick one
+        if old != value:  # two framings or two identities: refuse to pick one
             raise FramingError(f"conflicting {name} headers")
     else:
-        headers[name] = f"{headers[name]}, {value}"
+        dict.__setitem__(headers, name, f"{old}, {value}")
 
 
 def tokens(value: str) -> list:
@@ -97,7 +152,7 @@ def tokens(value: str) -> list:
 
 def body_framing(headers: Headers, version: str, limit: int) -> Tuple[str, int]:
     """(framing, declared length) of the body, or a FramingError."""
-    te, cl = headers.get("transfer-encoding"), headers.get("content-length")
+    te, cl = field(headers, "transfer-encoding"), field(headers, "content-length")
     if te is not None:
         if cl is not None:
             raise FramingError("Content-Length and Transfer-Encoding together are ambiguous")
@@ -173,4 +228,4 @@ def is_json_type(value: Optional[str]) -> bool:
 
 
 def connection_options(headers: Dict[str, str]) -> list:
-    return tokens(headers.get("connection", ""))
+    return tokens(field(headers, "connection", ""))

@@ -32,6 +32,7 @@ from .framing import (
     body_framing,
     connection_options,
     crlf_line,
+    field,
     is_json_type,
     read_chunked,
     read_exact,
@@ -189,7 +190,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         self.command, self.request_version = command, version
         self.path = "/" + path.lstrip("/") if path.startswith("//") else path
         headers = self.headers = read_headers(self.rfile)
-        if version == "HTTP/1.1" and not headers.get("host"):
+        if version == "HTTP/1.1" and not field(headers, "host"):
             raise FramingError("HTTP/1.1 requests need a Host header")
         self.framing, self.body_length = body_framing(headers, version, self.server.max_body)
         options = connection_options(headers)
@@ -232,7 +233,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             if handler is None:
                 allow = ", ".join(sorted(methods))
                 raise APIError(f"{self.command} is not allowed on {path}; use {allow}", 405, headers={"Allow": allow})
-            if self.command in ("POST", "PUT", "PATCH") and not is_json_type(self.headers.get("content-type")):
+            if self.command in ("POST", "PUT", "PATCH") and not is_json_type(field(self.headers, "content-type")):
                 raise APIError(f"Content-Type {self.headers.get('content-type')!r} is not JSON; send "
                                "application/json", 415)
             raw = self.read_body()
@@ -295,7 +296,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             if self.command in ("POST", "PUT", "PATCH") and "content-length" not in self.headers:
                 raise APIError("a request body needs Content-Length or chunked encoding", 411)
             return b""
-        if self.headers.get("expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
+        if field(self.headers, "expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
             self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             self.wfile.flush()
         expired = lambda: self.expired  # noqa: E731
@@ -323,11 +324,12 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def send_text(self, text: str, status: int = 200, headers: Optional[Dict[str, str]] = None,
                   content_type: str = "text/plain; charset=utf-8") -> None:
         data = text.encode()
-        headers = dict(headers or {})
-        content_type = headers.pop("Content-Type", content_type)
+        if headers and "Content-Type" in headers:
+            headers = dict(headers)
+            content_type = headers.pop("Content-Type")
         head = self._head(status, f"Content-Type: {content_type}\r\nContent-Length: {len(data)}\r\n", headers)
-        self.wfile.write(head if self.command == "HEAD" else head + data)
-        self.wfile.flush()
+        # one send, past the buffered writer (empty: a 100 Continue is flushed at once)
+        self.connection.sendall(head if self.command == "HEAD" else head + data)
 
     def _head(self, status: int, fields: str, headers: Optional[Dict[str, str]]) -> bytes:
         """The status line and headers in one piece (send_header, per header, costs more)."""

@@ -7,7 +7,9 @@ the peer (same worker count, same tokenizer file, same engine step delay), so
 that neither server runs while the other is measured and slow drifts of the
 machine hit both alike.  The median round of each is compared; the ratio is
 mtok / peer (above 1 for throughput means mtok is ahead; below 1 for CPU per
-request and latency means mtok is cheaper).  The peer runs under ``--python``,
+request and latency means mtok is cheaper).  The CPU per request is split by
+process too (main, scheduler, detokenizer, each worker; the peer's main, engine
+and workers), from the median round of each.  The peer runs under ``--python``,
 which must have benchmarks/peers/requirements.txt installed; without it the
 comparison is skipped, saying why.
 """
@@ -19,7 +21,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from .load import add_workload_args, measure, workload_from
-from .report import LOAD_COLUMNS, lookup, table, write_json
+from .report import LOAD_COLUMNS, cpu_breakdown, lookup, table, write_json
 from .servers import add_server_args, missing_peer, server_config
 
 RATIOS = [
@@ -44,6 +46,19 @@ def ratios(mine: Dict[str, Any], peer: Dict[str, Any]) -> Dict[str, Optional[flo
     for key, _ in RATIOS:
         a, b = lookup(mine, key), lookup(peer, key)
         out[key] = round(a / b, 3) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+    return out
+
+
+def paired_ratios(mine: List[Dict[str, Any]], peer: List[Dict[str, Any]], key: str) -> Dict[str, Dict[str, float]]:
+    """mtok / peer round by round (each pair ran back to back, so a machine whose load
+    drifts hits both alike): the median ratio, and the least and greatest, per measure."""
+    out: Dict[str, Dict[str, float]] = {}
+    for measure in (key, "server_cpu_ms_per_request"):
+        each = sorted(a[measure] / b[measure] for a, b in zip(mine, peer)
+                      if isinstance(a.get(measure), (int, float)) and b.get(measure))
+        if each:
+            out[measure] = {"median": round(each[(len(each) - 1) // 2], 3), "min": round(each[0], 3),
+                            "max": round(each[-1], 3)}
     return out
 
 
@@ -73,12 +88,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     key = "output_tokens_per_s" if workload.stream else "requests_per_s"
     mine, peer = median_run(runs["mtok"], key), median_run(runs["fastapi"], key)
     summary = {"label": args.label, "mtok": mine, "fastapi": peer, "ratio": ratios(mine, peer),
-               "rounds": {k: [r[key] for r in v] for k, v in runs.items()}}
+               "rounds": {k: [r[key] for r in v] for k, v in runs.items()},
+               "paired_ratio": paired_ratios(runs["mtok"], runs["fastapi"], key)}
     print(table(runs["mtok"] + runs["fastapi"], LOAD_COLUMNS))
     print(f"\nmedian of {args.rounds} round(s), mtok / fastapi:")
     for k, name in RATIOS:
         if summary["ratio"][k] is not None:
             print(f"  {name:<15} {summary['ratio'][k]:.2f}x   ({_short(lookup(mine, k))} vs {_short(lookup(peer, k))})")
+    for k, p in summary["paired_ratio"].items():
+        print(f"  paired by round, {k}: median {p['median']:.2f}x (from {p['min']:.2f}x to {p['max']:.2f}x)")
+    for kind, run in (("mtok", mine), ("fastapi", peer)):
+        if run.get("server_cpu_ms_per_request_by_process"):
+            print(f"CPU ms/request by process, {kind}: {cpu_breakdown(run)}")
     write_json(args.json, "compare", params, summary)
     return 0
 

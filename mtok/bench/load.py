@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from .http_client import Target
 from .loadgen import run_load
+from .natural_text import TEXT_CHOICES
 from .report import describe_load, write_json
 from .servers import (
     ServerConfig,
@@ -37,6 +38,9 @@ def add_workload_args(parser: argparse.ArgumentParser, duration: float = 10.0) -
     g.add_argument("--output-len", type=int, default=16, help="tokens to generate (default: %(default)s)")
     g.add_argument("--prompts", metavar="JSONL", help="prompts from a file instead (a string or "
                    '{"prompt": ..., "output_len": N} per line)')
+    g.add_argument("--text", choices=TEXT_CHOICES, default="random",
+                   help="what prompts are made of: random word-like tokens (default), natural text in English, "
+                   "Korean, code or a mixture, or 'natural': those four in turn")
     g.add_argument("--stream", action="store_true", help="stream the responses (server-sent events)")
     g.add_argument("--concurrency", type=int, default=None,
                    help="requests in flight (default 16); with --rate, the most connections open")
@@ -56,7 +60,7 @@ def workload_from(args: argparse.Namespace) -> Workload:
     concurrency = args.concurrency or (1024 if args.rate else 16)
     return Workload(
         endpoint=args.endpoint, input_len=args.input_len, output_len=args.output_len, stream=args.stream,
-        prompts_file=args.prompts, concurrency=concurrency, rate=args.rate,
+        prompts_file=args.prompts, text=args.text, concurrency=concurrency, rate=args.rate,
         duration=None if args.requests else args.duration, requests=args.requests, warmup=args.warmup,
         clients=args.clients, pool=args.pool, seed=args.seed,
         headers={"Authorization": f"Bearer {args.api_key}"} if args.api_key else {},

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from .http_client import Connection, Response, Target
-from .procstat import ProcessTree
+from .procstat import ProcessTree, cpu_delta
 from .report import summarize
 from .workload import Plan, Workload
 
@@ -336,10 +336,10 @@ def _drive(workload: Workload, pipes: List[Any], counters: Any, tree: Optional[P
         p.send((t0, warm_end, end))
     show = Progress(counters, progress)
     _sleep_until(warm_end, lambda: show.tick("warm-up"))
-    cpu0 = tree.cpu_seconds() if tree else None
+    cpu0 = tree.cpu_by_role() if tree else None
     if end is not None:
         _sleep_until(end, lambda: show.tick("run"))
-        cpu1 = tree.cpu_seconds() if tree else None
+        cpu1 = tree.cpu_by_role() if tree else None
         window = end - warm_end
     results = []
     pending = list(pipes)
@@ -355,11 +355,11 @@ def _drive(workload: Workload, pipes: List[Any], counters: Any, tree: Optional[P
         records.merge(rec)
         client.add(cpu, wall, answered)
     if end is None:
-        cpu1 = tree.cpu_seconds() if tree else None
+        cpu1 = tree.cpu_by_role() if tree else None
         window = (max(records.end) if len(records.end) else time.monotonic()) - warm_end
     show.tick("done")
-    server_cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
-    return summarize(records, window, server_cpu, client)
+    by_role = None if cpu0 is None or cpu1 is None else cpu_delta(cpu0, cpu1)
+    return summarize(records, window, by_role, client)
 
 
 class ClientCost:

@@ -8,6 +8,11 @@ CPU time is ``utime + stime + cutime + cstime`` summed over the tree.  The
 difference of two samples is then exact even when processes come and go in
 between: a process born in the window counts in full, and one that died and was
 reaped moves its time into its parent's ``cutime``.
+
+:meth:`ProcessTree.cpu_by_role` splits the same total by process: each is named
+by its role (mtok's processes name themselves ``mtok:<role>``; the peer's are
+told apart by their command lines), so a benchmark can say which process a
+request's CPU went to.
 """
 
 from __future__ import annotations
@@ -81,6 +86,18 @@ class ProcessTree:
     def cpu_seconds(self) -> float:
         return sum(_cpu_ticks(pid) for pid in self.pids()) / CLK_TCK
 
+    def cpu_by_role(self) -> Dict[str, float]:
+        """CPU seconds of each process of the tree, keyed by its role (see :func:`role_of`)."""
+        out: Dict[str, float] = {}
+        seen: Dict[str, int] = {}
+        for pid in sorted(self.pids()):
+            role = role_of(pid, self.root)
+            if role in ("worker", "process"):  # unnamed: numbered in pid order
+                seen[role] = seen.get(role, -1) + 1
+                role = f"{role}-{seen[role]}"
+            out[role] = out.get(role, 0.0) + _cpu_ticks(pid) / CLK_TCK
+        return out
+
     def sample(self) -> TreeSample:
         """CPU, resident memory, open file descriptors and threads of the whole tree."""
         pids = self.pids()
@@ -115,3 +132,49 @@ def _open_fds(pid: int) -> int:
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return 0  # gone, or not ours to look at
+
+
+def _cmdline(pid: int) -> List[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+MTOK_ROLES = ("scheduler", "detokenizer")  # names longer than a process title holds
+
+
+def role_of(pid: int, root: int) -> str:
+    """What one process of a server does: ``main`` (the root; mtok's supervisor and
+    router, and the HTTP server too at N = 1), the role an mtok process named itself
+    (``scheduler``, ``detokenizer``, ``worker-0``...), or for the peer ``engine`` and
+    ``worker`` (uvicorn's spawned workers; the caller numbers them)."""
+    if pid == root:
+        return "main"
+    comm = _comm(pid)
+    if comm.startswith("mtok:"):  # the kernel keeps 15 bytes of a name: "mtok:detokenize"
+        role = comm[len("mtok:"):]
+        return next((r for r in MTOK_ROLES if r.startswith(role)), role)
+    cmd = " ".join(_cmdline(pid))
+    if "echo_engine" in cmd:
+        return "engine"
+    if "resource_tracker" in cmd:
+        return "resource-tracker"
+    if "spawn_main" in cmd or "multiprocessing" in cmd:
+        return "worker"
+    return "process"
+
+
+def cpu_delta(before: Dict[str, float], after: Dict[str, float]) -> Dict[str, float]:
+    """CPU seconds each role spent between two :meth:`ProcessTree.cpu_by_role` samples
+    (a role born in between counts in full)."""
+    return {role: after[role] - before.get(role, 0.0) for role in after}

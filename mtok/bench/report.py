@@ -35,8 +35,11 @@ def distribution_ms(values: Sequence[float]) -> Optional[Dict[str, float]]:
     return out
 
 
-def summarize(records: Any, window: float, server_cpu: Optional[float], client: Any) -> Dict[str, Any]:
+def summarize(records: Any, window: float, cpu_by_role: Optional[Dict[str, float]], client: Any) -> Dict[str, Any]:
+    """The figures of one load run; ``cpu_by_role`` is the server's CPU seconds in the
+    window by process (see :meth:`.procstat.ProcessTree.cpu_by_role`), None if unknown."""
     n = len(records.end)
+    server_cpu = None if cpu_by_role is None else sum(cpu_by_role.values())
     window = max(window, 1e-9)
     e2e = [b - a for a, b in zip(records.start, records.end)]
     ttft = [t for t in records.ttft if t >= 0]
@@ -58,9 +61,25 @@ def summarize(records: Any, window: float, server_cpu: Optional[float], client: 
         "server_cpu_s": None if server_cpu is None else round(server_cpu, 3),
         "server_cpu_ms_per_request": None if server_cpu is None or not n else round(1000 * server_cpu / n, 4),
         "server_cores_busy": None if server_cpu is None else round(server_cpu / window, 2),
+        "server_cpu_ms_per_request_by_process": None if cpu_by_role is None or not n else
+        {role: round(1000 * s / n, 4) for role, s in sorted(cpu_by_role.items(), key=_role_order)},
         "client_cpu_ms_per_request": client.ms_per_request,
         "client_cores_busy": round(client.cores, 2),  # summed over the client processes
     }
+
+
+def _role_order(item: Any) -> Any:
+    """main first, then the core processes, then the workers in order."""
+    role = item[0]
+    head, _, num = role.rpartition("-")
+    return (role != "main", role.startswith("worker"), head if num.isdigit() else role,
+            int(num) if num.isdigit() else -1)
+
+
+def cpu_breakdown(result: Dict[str, Any]) -> str:
+    """``main 0.03 + scheduler 0.09 + ...``: CPU ms per request of each server process."""
+    by = result.get("server_cpu_ms_per_request_by_process") or {}
+    return " + ".join(f"{role} {ms:.3f}" for role, ms in by.items() if ms >= 0.0005 or role == "main")
 
 
 def machine() -> Dict[str, Any]:
@@ -145,6 +164,8 @@ def describe_load(result: Dict[str, Any]) -> str:
     if result.get("server_cpu_s") is not None:
         lines.append(f"server CPU: {result['server_cpu_s']:.2f} s = {result['server_cpu_ms_per_request']} ms/request "
                      f"({result['server_cores_busy']} cores busy)")
+        if result.get("server_cpu_ms_per_request_by_process"):
+            lines.append(f"  by process, ms/request: {cpu_breakdown(result)}")
     if result.get("client_cpu_ms_per_request") is not None:
         lines.append(f"client CPU: {result['client_cpu_ms_per_request']} ms/request "
                      f"({result['client_cores_busy']} cores busy)")

@@ -1,8 +1,9 @@
 """What the load generator sends: prompts of an exact length, and the request bytes.
 
 Prompts are made with the server's own tokenizer so that "a 512-token prompt"
-is 512 tokens as the server counts them (special tokens included), or read
-from a JSONL file.  Every request is serialized once, before the clock starts.
+is 512 tokens as the server counts them (special tokens included), from random
+word-like tokens or from natural text in several scripts (:mod:`.natural_text`),
+or read from a JSONL file.  Every request is serialized once, before the clock starts.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from .http_client import Target, build_request
+from .natural_text import NaturalPromptMaker
 
 ENDPOINTS = {"generate": "/generate", "completions": "/v1/completions", "tokenize": "/tokenize",
              "chat": "/v1/chat/completions", "chat-tools": "/v1/chat/completions"}
@@ -37,6 +39,7 @@ class Workload:
     output_len: int = 16
     stream: bool = False
     prompts_file: Optional[str] = None
+    text: str = "random"  # "random" word-like tokens, or a kind of natural text (natural_text.TEXT_CHOICES)
     concurrency: int = 16
     rate: Optional[float] = None  # requests/s (Poisson arrivals) instead of a fixed concurrency
     duration: Optional[float] = 10.0
@@ -170,7 +173,7 @@ def build_plans(workload: Workload, tokenizer: Any, target: Target) -> List[Plan
         items = read_prompts(workload.prompts_file)
         counts = [len(ids) for ids in tokenizer.encode_batch([i["prompt"] for i in items])]
     else:
-        maker = PromptMaker(tokenizer, workload.seed)
+        maker = prompt_maker(workload, tokenizer)
         items = [{"prompt": maker.make(workload.input_len), "output_len": None} for _ in range(workload.pool)]
         counts = [workload.input_len] * len(items)
     kinds = _kinds(workload)
@@ -182,6 +185,12 @@ def build_plans(workload: Workload, tokenizer: Any, target: Target) -> List[Plan
         plans.append(Plan(build_request(target, ENDPOINTS[kind], body, workload.headers), n_in,
                           0 if kind == "tokenize" else n_out, stream, len(item["prompt"].encode("utf-8"))))
     return plans
+
+
+def prompt_maker(workload: Workload, tokenizer: Any) -> Any:
+    if workload.text == "random":
+        return PromptMaker(tokenizer, workload.seed)
+    return NaturalPromptMaker(tokenizer, workload.text, workload.seed)
 
 
 def _kinds(workload: Workload) -> Sequence[tuple]:
