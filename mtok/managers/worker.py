@@ -21,7 +21,7 @@ from ..api.server import HTTPServer
 from ..api.listen import make_listen_socket
 from ..wire.metrics import publish
 from ..procutil import ChildBoot, exit_now, on_signal
-from ..wire.status import ServerState, StatusBoard
+from ..wire.status import FIRST_WORKER_SLOT, ServerState, StatusBoard
 from .tokenizer_manager import TokenizerManager, TokenizerWorker
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def run_tokenizer_worker_process(
     ready_conn,
 ) -> None:
     server_args, port_args = read_args(shm_name)
-    with ChildBoot(f"worker-{slot - 1}", parent_pid, ready_conn, server_args.log_level):
+    with ChildBoot(f"worker-{slot - FIRST_WORKER_SLOT}", parent_pid, ready_conn, server_args.log_level):
         board = StatusBoard.attach(status_name)
         tm = TokenizerWorker(server_args, port_args, authkey, worker_address)
         sock = shared_sock or make_listen_socket(server_args.host, server_args.port, reuseport=True)
