@@ -39,7 +39,7 @@ from .http_framing import (
 )
 from .metrics import Metrics
 from .routes import OPEN_PATHS, EventStream, Request, Response, collect_routes, find_route, route  # noqa: F401
-from .tokenizer_manager import ClientDisconnected
+from .request_handle import ClientDisconnected
 from .validate import APIError
 
 logger = logging.getLogger(__name__)
@@ -345,6 +345,15 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
                 f"Date: {http_date()}\r\n{fields}X-Mtok-Worker: {_PID[0]}\r\n{extra}\r\n").encode("latin-1")
 
     def send_events(self, stream: EventStream) -> None:
+        """Write the stream as server-sent events, then close it: this writer
+        owns the stream's request handle, so a client that leaves mid-stream
+        (a write fails) or a route that raises has its requests aborted here."""
+        try:
+            self._write_events(stream)
+        finally:
+            stream.close()
+
+    def _write_events(self, stream: EventStream) -> None:
         chunked = self.request_version != "HTTP/1.0"
         if not chunked:
             self.close_connection = True
@@ -353,22 +362,17 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             fields += "Transfer-Encoding: chunked\r\n"
         write, flush = self.wfile.write, self.wfile.flush
         write(self._head(200, fields, stream.headers))
-        try:
-            for ev in stream.events:
-                data = ev if isinstance(ev, str) else _JSON.encode(ev)
-                payload = b"data: " + data.encode() + b"\n\n"
-                if chunked:
-                    write(b"%x\r\n%s\r\n" % (len(payload), payload))
-                else:
-                    write(payload)
-                flush()
+        for ev in stream.events:
+            data = ev if isinstance(ev, str) else _JSON.encode(ev)
+            payload = b"data: " + data.encode() + b"\n\n"
             if chunked:
-                write(b"0\r\n\r\n")
+                write(b"%x\r\n%s\r\n" % (len(payload), payload))
+            else:
+                write(payload)
             flush()
-        finally:
-            close = getattr(stream.events, "close", None)
-            if close is not None:
-                close()  # aborts the request if the client left mid-stream
+        if chunked:
+            write(b"0\r\n\r\n")
+        flush()
 
     def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
         """http.server's own errors (bad request line, header flood, ...) as JSON."""

@@ -14,7 +14,7 @@ from mtok.chat_api import prompt_ids
 from mtok.chat_prompt import ChatInput, parse_chat_input, render_prompt, template_messages
 from mtok.chat_templates import ChatTemplateFileError, content_format, load_model_chat, special_tokens, template_flags
 from mtok.tokenizer import TokenizerFiles, load_tokenizer
-from mtok.tokenizer_manager import ModelEntry
+from mtok.models import ModelEntry
 from mtok.validate import APIError
 
 pytestmark = pytest.mark.fast

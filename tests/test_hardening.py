@@ -366,7 +366,9 @@ def test_a_batch_stops_tokenizing_once_its_client_has_gone():
     (ConnectionWatch.gone, over a real socket pair) and gives up."""
     from mtok.connections import ConnectionWatch, DisconnectWatcher
     from mtok.tokenizer import load_tokenizer
-    from mtok.tokenizer_manager import ENCODE_SLICE, ClientDisconnected, ModelEntry, TokenizerManager
+    from mtok.models import ModelEntry
+    from mtok.request_handle import ClientDisconnected
+    from mtok.tokenizer_manager import ENCODE_SLICE, TokenizerManager
 
     tok = load_tokenizer()
     calls = []
