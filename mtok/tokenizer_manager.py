@@ -38,21 +38,20 @@ from .io_struct import (
     RpcOutput,
     RpcReq,
     ServerFailure,
-    TokenizedEmbeddingReqInput,
     TokenizedGenerateReqInput,
 )
 from .ipc import Receiver, Sender, SenderWrapper
-from .limits import check_batch_size, check_client_rids, check_stops, new_rid
+from .limits import new_rid
 from .metrics import Metrics
 from .models import ModelEntry, load_tokenizers
-from .request_handle import ClientDisconnected, ReqState, RequestHandle
+from .prepare import embedding_reqs, generate_prompts, generate_reqs
+from .request_handle import ReqState, RequestHandle
 from .tokenizer import Tokenizer
-from .validate import APIError, bad, show
+from .validate import APIError, bad
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT_LENGTH = 65536
-ENCODE_SLICE = 256  # prompts tokenized between two looks at the client's connection
 CLOSE_JOIN = 5.0  # seconds close() waits for the receiver thread
 
 
@@ -156,56 +155,11 @@ class TokenizerManager:
 
     # -- requests ------------------------------------------------------------------
     def tokenize_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> List[TokenizedGenerateReqInput]:
+        """The scheduler's messages for ``obj`` (see :mod:`mtok.prepare`); gives it rids if it has none."""
         model = self.model(obj.model)
-        self.check_skip_tokenizer_init(obj)
-        args = self.server_args
-        if not obj.rid_is_ours:
-            check_client_rids(obj.rid if isinstance(obj.rid, list) else [obj.rid] if obj.rid else None)
-        if obj.text is not None:
-            texts = obj.text if obj.is_batch else [obj.text]
-            check_batch_size(len(texts), args.max_prompts_per_request, "text")  # type: ignore[arg-type]
-            prompts = self.encode_batch(model, texts, watch)  # type: ignore[arg-type]
-        else:
-            prompts = obj.input_ids if obj.is_batch else [obj.input_ids]  # type: ignore[list-item]
-            check_batch_size(len(prompts), args.max_prompts_per_request, "input_ids")  # type: ignore[arg-type]
-            model.check_ids(prompts, "input_ids")  # type: ignore[arg-type]
+        prompts = generate_prompts(obj, model, self.server_args, watch)
         self.assign_rids(obj)
-        rids = obj.rid if isinstance(obj.rid, list) else [obj.rid]
-        out = []
-        checked = None
-        for i, ids in enumerate(prompts):
-            sp = obj.params_at(i)
-            if sp is not checked:
-                check_stops(sp.stop, args.max_stop_strings, args.max_stop_chars)
-                checked = sp
-            where = f" (prompt {i})" if obj.is_batch else ""
-            if not ids:
-                raise bad(f"the prompt is empty{where}", "text" if obj.text is not None else "input_ids")
-            if len(ids) + sp.max_new_tokens > model.context_length:
-                raise bad(
-                    f"this model's maximum context length is {model.context_length} tokens; the prompt has "
-                    f"{len(ids)} and {show(sp.max_new_tokens)} more were requested{where}",
-                    "max_new_tokens",
-                )
-            model.check_ids([sp.stop_token_ids], "stop_token_ids")
-            # n > 1: parallel samples, each its own request "<rid>-<j>" (abort_request takes <rid>)
-            samples = [rids[i]] if sp.n == 1 else [f"{rids[i]}-{j}" for j in range(sp.n)]
-            for rid in samples:
-                out.append(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp, stream=obj.stream,
-                                                     model=model.name, logprobs=obj.logprobs,
-                                                     lora_path=obj.lora_path))
-        return out
-
-    def check_skip_tokenizer_init(self, obj: GenerateReqInput) -> None:
-        """With --skip-tokenizer-init there is no text on either side (as in SGLang,
-        tokenizer_manager.py: "cannot accept text prompts"): text and stop strings are 400s."""
-        if not self.server_args.skip_tokenizer_init:
-            return
-        if obj.text is not None:
-            raise bad("this server runs with --skip-tokenizer-init: give 'input_ids', not text", "text")
-        if any(obj.params_at(i).stop for i in range(obj.batch_size)):
-            raise bad("this server runs with --skip-tokenizer-init: it cannot match stop strings; "
-                      "use 'stop_token_ids'", "stop")
+        return generate_reqs(obj, prompts, model, self.server_args)
 
     def assign_rids(self, obj: GenerateReqInput) -> str:
         """Give ``obj`` one rid per prompt when the client gave none, and return the
@@ -219,16 +173,6 @@ class TokenizerManager:
             return base
         return obj.rid[0] if isinstance(obj.rid, list) else obj.rid
 
-    @staticmethod
-    def encode_batch(model: "ModelEntry", texts: List[str], watch: Optional[Any]) -> List[List[int]]:
-        """Tokenize in slices, and stop if the client has gone meanwhile."""
-        out: List[List[int]] = []
-        for start in range(0, len(texts), ENCODE_SLICE):
-            if start and watch is not None and watch.gone():
-                raise ClientDisconnected()
-            out.extend(model.tokenizer.encode_batch(texts[start : start + ENCODE_SLICE]))
-        return out
-
     def submit(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> RequestHandle:
         """Tokenize and send at once; the returned handle yields the states as
         they change and must be closed (``with tm.submit(obj) as handle:``):
@@ -241,19 +185,7 @@ class TokenizerManager:
                          ) -> RequestHandle:
         """Embed texts or token lists; a handle as :meth:`submit`'s, whose
         ``results()`` come in input order."""
-        model = self.model(model_name)
-        check_batch_size(len(inputs), self.server_args.max_prompts_per_request, "input")
-        texts = [x for x in inputs if isinstance(x, str)]
-        encoded = iter(model.tokenizer.encode_batch(texts) if texts else [])
-        prompts = [next(encoded) if isinstance(x, str) else x for x in inputs]
-        model.check_ids(prompts, "input")
-        reqs = []
-        for ids in prompts:
-            if not ids:
-                raise bad("an input is empty", "input")
-            if len(ids) > model.context_length:
-                raise bad(f"an input has {len(ids)} tokens; the maximum is {model.context_length}", "input")
-            reqs.append(TokenizedEmbeddingReqInput(rid=self.new_rid(), input_ids=ids, model=model.name))
+        reqs = embedding_reqs(inputs, self.model(model_name), self.server_args, self.new_rid)
         return self._open(reqs, False, watch)
 
     def _open(self, reqs: List[Any], stream: bool, watch: Optional[Any], arrived: Optional[float] = None
