@@ -45,7 +45,7 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
 
     # -- shared helpers --------------------------------------------------------------
     @staticmethod
-    def stream(handle: RequestHandle, events: Iterator[Any]) -> EventStream:
+    def start_stream(handle: RequestHandle, events: Iterator[Any]) -> EventStream:
         """A stream of ``events`` (made from ``handle``), begun only once the
         first update is in, so that a refusal (503 at capacity, say) is still an
         HTTP status.  The SSE writer owns the handle from here on and closes it;
@@ -81,7 +81,8 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
         as_list = obj.is_batch or obj.num_outputs > 1  # SGLang answers n > 1 with a list too
         handle = self.tm.submit(obj, req.watch)
         if obj.stream:
-            return self.stream(handle, self._generate_events(handle, as_list, self.args.incremental_streaming_output))
+            events = self._generate_events(handle, as_list, self.args.incremental_streaming_output)
+            return self.start_stream(handle, events)
         with handle:
             out = [self._generate_result(st) for st in handle.results()]
         return out if as_list else out[0]

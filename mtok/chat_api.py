@@ -95,7 +95,7 @@ def prompt_ids(model: "ModelEntry", inp: ChatInput, add_special_tokens: bool = F
 
 
 class ChatRoutes:
-    """Mixed into :class:`mtok.api.Api`, which provides tm, args, stream, usage."""
+    """Mixed into :class:`mtok.api.Api`, which provides tm, args, start_stream, usage."""
 
     @route("POST", "/v1/chat/completions")
     def chat_completions(self, req: Request) -> Any:
@@ -123,7 +123,7 @@ class ChatRoutes:
         handle = self.tm.submit(obj, req.watch)
         if obj.stream:
             head["object"] = "chat.completion.chunk"
-            return self.stream(handle, self._chat_chunks(handle, head, parsers, include_usage))
+            return self.start_stream(handle, self._chat_chunks(handle, head, parsers, include_usage))
         with handle:
             results = handle.results()
         choices = []

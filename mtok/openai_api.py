@@ -124,7 +124,7 @@ def openai_finish(st: "ReqState") -> "tuple[Optional[str], Any]":
 
 
 class OpenAIRoutes:
-    """Mixed into :class:`mtok.api.Api`, which provides tm, created, stream."""
+    """Mixed into :class:`mtok.api.Api`, which provides tm, created, start_stream."""
 
     @route("GET", "/v1/models")
     def list_models(self, req: Request) -> Any:
@@ -148,7 +148,7 @@ class OpenAIRoutes:
         choices = CompletionChoices(obj, opts, model.tokenizer)
         handle = self.tm.submit(obj, req.watch)
         if obj.stream:
-            return self.stream(handle, self._completion_chunks(handle, head, choices, opts["include_usage"]))
+            return self.start_stream(handle, self._completion_chunks(handle, head, choices, opts["include_usage"]))
         with handle:
             results = handle.results()
         return dict(head, choices=[choices.whole(st) for st in results], usage=self.usage(results))
