@@ -50,7 +50,7 @@ bench sweep "${PEER[@]}" "${RUN[@]}" --with-peer --max-workers "$(nproc)" --endp
 
 # the detokenizer: a 4,096-token stream vs one decode of the same ids
 bench detok --tokens 512,4096 --streams 1,64 --json "$OUT/detok.json"
-# the transport: mtok.ipc beside pyzmq
+# the transport: mtok.wire.ipc beside pyzmq
 bench transport --json "$OUT/transport.json"
 # tokenizer throughput (the built-in tokenizer and ../shared/tokenizers where present)
 bench tokenizer --docs 100 --json "$OUT/tokenizer.json"

@@ -186,7 +186,7 @@ class ReportingArbiter(Arbiter):
 
 
 def _child_main(argv: List[str]) -> int:
-    from .args import ServerArgs
+    from .wire.args import ServerArgs
     from .procutil import configure_logging
 
     conn = Connection(int(argv[0]))

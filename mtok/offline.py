@@ -29,12 +29,12 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import wait
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Set, Tuple
 
-from .api import Api
-from .http_server import EventStream, Request
+from .api.native import Api
+from .api.server import EventStream, Request
 from .serve import Arbiter, BootError
 from .settings import server_args_from
-from .status import FIRST_WORKER_SLOT, ServerState, SlotState
-from .validate import APIError
+from .wire.status import FIRST_WORKER_SLOT, ServerState, SlotState
+from .api.validate import APIError
 
 __all__ = ["Engine"]
 
@@ -58,7 +58,7 @@ class _Pipeline(Arbiter):
         pass
 
     def start(self) -> Any:
-        from .tokenizer_manager import TokenizerManager
+        from .managers.tokenizer_manager import TokenizerManager
 
         self._sig_r, self._wake_w = os.pipe()  # _wait_for_boot waits on it; shutdown writes to it
         os.set_blocking(self._sig_r, False)
@@ -207,7 +207,7 @@ class Engine:
                             model: Optional[str] = None, **template_kwargs: Any) -> Any:
         """The model's chat template rendered (transformers' argument names): the
         prompt text, or its token ids with ``tokenize=True``."""
-        from .chat_prompt import parse_chat_input, render_prompt
+        from .api.chat_prompt import parse_chat_input, render_prompt
 
         entry = self.tokenizer_manager.model(model)
         body = _body(None, None, dict(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,

@@ -111,3 +111,31 @@ def exit_now(code: int = 0) -> None:
         sys.stderr.flush()
     finally:
         os._exit(code)
+
+
+_HAVE_PROC = os.path.isdir("/proc/self")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (exited, not yet reaped) does not.  Linux
+    says so in /proc; elsewhere ``kill(pid, 0)`` is the best answer there is."""
+    if not _HAVE_PROC:
+        return _signalable(pid)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return _signalable(pid)
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _signalable(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -28,7 +28,7 @@ import time
 from multiprocessing.connection import wait
 from typing import Any, List, Optional
 
-from .args import (
+from .wire.args import (
     PortArgs,
     ServerArgs,
     args_json,
@@ -38,13 +38,13 @@ from .args import (
     unlink_shm,
     write_args,
 )
-from .detokenizer import run_detokenizer_process
-from .listen import claim_reuseport, make_listen_socket, reuseport_available
-from .io_struct import ServerFailure
-from .ipc import ipc_name
+from .managers.detokenizer import run_detokenizer_process
+from .api.listen import claim_reuseport, make_listen_socket, reuseport_available
+from .wire.io_struct import ServerFailure
+from .wire.ipc import ipc_name
 from .procutil import configure_logging
-from .scheduler import run_scheduler_process
-from .status import (
+from .managers.scheduler import run_scheduler_process
+from .wire.status import (
     DETOKENIZER_SLOT,
     FIRST_WORKER_SLOT,
     SCHEDULER_SLOT,
@@ -53,7 +53,7 @@ from .status import (
     StatusBoard,
     status_shm_name,
 )
-from .worker import HttpFrontend, run_tokenizer_worker_process
+from .managers.worker import HttpFrontend, run_tokenizer_worker_process
 
 logger = logging.getLogger("mtok.serve")
 
@@ -212,7 +212,7 @@ class Arbiter:
         self.board = StatusBoard.create(self.port_args.status_name, self.args.tokenizer_worker_num)
 
     def _remove_stale_dirs(self) -> None:
-        from .args import pid_alive
+        from .procutil import pid_alive
 
         for path in glob.glob(os.path.join(tempfile.gettempdir(), "mtok-*-*")):
             try:
@@ -227,7 +227,7 @@ class Arbiter:
         if self.args.tokenizer_worker_num == 1:
             self._boot_single()
         else:
-            from .router import MultiTokenizerRouter
+            from .managers.router import MultiTokenizerRouter
 
             self.router = MultiTokenizerRouter(self.port_args, self.authkey)
             for i in range(self.args.tokenizer_worker_num):
@@ -251,7 +251,7 @@ class Arbiter:
             self.core.append(self._spawn(role, slot, target, (self.args_ref, self.authkey, self.pid)))
 
     def _boot_single(self) -> None:
-        from .tokenizer_manager import TokenizerManager
+        from .managers.tokenizer_manager import TokenizerManager
 
         self.board.claim(FIRST_WORKER_SLOT, self.pid)
         try:

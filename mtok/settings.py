@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any, Dict, List
 
-from .args import ServerArgs
+from .wire.args import ServerArgs
 
 
 class _Parser(argparse.ArgumentParser):

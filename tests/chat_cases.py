@@ -17,7 +17,7 @@ import os
 from typing import Any, Dict, List, Tuple
 
 from chat_families import FAMILIES
-from conftest import ROOT
+from support import ROOT
 
 SHARED_TEMPLATES = os.path.join(os.path.dirname(ROOT), "shared", "chat_templates")
 OWN_TEMPLATES = os.path.join(ROOT, "tests", "chat_templates")

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 
 import pytest
 
-from conftest import ROOT
+from support import ROOT
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 
 SHARED_TEMPLATES = os.path.join(ROOT, "..", "shared", "chat_templates")

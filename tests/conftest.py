@@ -1,151 +1,13 @@
-"""Test helpers: a real server in a subprocess, and a small HTTP client."""
+"""pytest fixtures shared by the test modules; the helpers they use live in
+``support.py`` (a plain module: tests import it as ``from support import ...``)."""
 
 from __future__ import annotations
 
-import http.client
-import json
-import os
-import re
-import signal
-import socket
-import sys
-import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, List
 
 import pytest
 
-from mtok.bench.servers import ReadyProcess
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_TOKENIZERS = os.path.join(ROOT, "..", "shared", "tokenizers")
-READY = re.compile(r"mtok ready on http://\[?([^\]\s]+?)\]?:(\d+)")
-
-
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy, or fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
-
-
-def children_of(pid: int) -> List[int]:
-    """Every live descendant of ``pid``, from /proc."""
-    parents: Dict[int, List[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] == "Z":
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
-class Server(ReadyProcess):
-    """``python -m mtok.serve`` on a free port, stopped at the end of its scope."""
-
-    def __init__(self, *args: str, env: Optional[Dict[str, str]] = None, expect_ready: bool = True,
-                 timeout: float = 60.0):
-        self.args = ["--port", "0", *args]
-        full_env = dict(os.environ)
-        full_env.update(env or {})
-        full_env.setdefault("PYTHONUNBUFFERED", "1")
-        super().__init__([sys.executable, "-m", "mtok.serve", *self.args], full_env, "mtok-test-")
-        self.host, self.port = "127.0.0.1", 0
-        if expect_ready:
-            m = self.wait_ready(READY, timeout)
-            if m is None:
-                self.stop(signal.SIGKILL)
-                raise AssertionError(f"server did not become ready; log:\n{self.stderr()}")
-            self.host, self.port = m.group(1), int(m.group(2))
-
-    def conn(self, timeout: float = 30.0) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-
-    def request(self, method: str, path: str, body: Any = None, headers: Optional[Dict[str, str]] = None,
-                conn: Optional[http.client.HTTPConnection] = None) -> Tuple[int, Dict[str, str], Any]:
-        own = conn is None
-        c = conn or self.conn()
-        try:
-            data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
-            hdrs = {"Content-Type": "application/json", **(headers or {})}
-            c.request(method, path, body=data, headers=hdrs)
-            resp = c.getresponse()
-            raw = resp.read()
-            try:
-                parsed = json.loads(raw) if raw else None
-            except ValueError:
-                parsed = raw
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, parsed
-        finally:
-            if own:
-                c.close()
-
-    def post(self, path: str, body: Any, **kw: Any) -> Tuple[int, Any]:
-        status, _, parsed = self.request("POST", path, body, **kw)
-        return status, parsed
-
-    def get(self, path: str, **kw: Any) -> Tuple[int, Any]:
-        status, _, parsed = self.request("GET", path, **kw)
-        return status, parsed
-
-    def stream(self, path: str, body: Any, conn: Optional[http.client.HTTPConnection] = None) -> List[Any]:
-        """POST and collect server-sent events (parsed JSON, or the raw '[DONE]')."""
-        own = conn is None
-        c = conn or self.conn()
-        try:
-            c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-            resp = c.getresponse()
-            if resp.status != 200:
-                raise AssertionError(f"stream got {resp.status}: {resp.read()!r}")
-            return list(parse_sse(resp))
-        finally:
-            if own:
-                c.close()
-
-    def info(self) -> Dict[str, Any]:
-        status, body = self.get("/get_server_info")
-        assert status == 200, body
-        return body
-
-
-def parse_sse(resp: Any) -> Iterator[Any]:
-    for raw in resp:
-        line = raw.decode().rstrip("\r\n")
-        if not line.startswith("data: "):
-            continue
-        payload = line[len("data: ") :]
-        yield payload if payload == "[DONE]" else json.loads(payload)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support import Server
 
 
 @pytest.fixture(scope="module")
@@ -160,18 +22,3 @@ def server_factory():
     yield start
     for srv in started:
         srv.stop()
-
-
-def shared_tokenizer(name: str) -> str:
-    path = os.path.join(SHARED_TOKENIZERS, name)
-    if not os.path.isfile(path):
-        pytest.skip(f"{path} is absent (the shared conformance tokenizers are not on this machine)")
-    return path
-
-
-def hf_installed() -> bool:
-    try:
-        import tokenizers  # noqa: F401
-    except ImportError:
-        return False
-    return True

@@ -15,7 +15,9 @@ from typing import Any, Dict, List
 
 import pytest
 
-from conftest import ROOT, Server, pid_alive, wait_for
+from support import ROOT, Server, wait_for
+
+from mtok.procutil import pid_alive
 from mtok.bench.http_client import Connection, Target
 from mtok.bench.svg import Chart, nice_ceiling
 
@@ -101,7 +103,7 @@ def test_sweep_draws_the_curve(tmp_path):
 def test_transport(tmp_path):
     doc = bench(tmp_path, "transport", "--prompt-tokens", "16", "--round-trips", "100", "--messages", "500")
     rows = doc["results"]
-    assert rows[0]["transport"] == "mtok.ipc"
+    assert rows[0]["transport"] == "mtok.wire.ipc"
     for r in rows:
         assert r["received"] == 500 and r["messages_per_s"] > 0 and r["hop_us"]["p50"] > 0
 
@@ -223,7 +225,7 @@ def test_the_peer_answers_like_mtok():
     answers = {}
     for kind in ("mtok", "fastapi"):
         with ServerProcess(ServerConfig(kind=kind, python=python)) as srv:
-            client = Server.__new__(Server)  # conftest's HTTP helpers, pointed at this server
+            client = Server.__new__(Server)  # support's HTTP helpers, pointed at this server
             client.host, client.port = srv.target.host, srv.target.port
             got = []
             for path, body in bodies:

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from support import ROOT
 
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 

@@ -12,7 +12,7 @@ import random
 import pytest
 
 from chat_models import jinja2_render, model_dir, shared_template, special_tokens_of
-from conftest import ROOT, Server
+from support import ROOT, Server
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 
 openai = pytest.importorskip("openai")
@@ -217,7 +217,7 @@ def test_errors_are_400s_that_name_the_fix(client, srv):
                         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": CONTEXT}, "max_new_tokens"),
                         ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "maybe"}, "tool_choice"),
                         ({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
-                         "json_schema"),  # the echo engine has no constrained decoding (mtok.fields)
+                         "json_schema"),  # the echo engine has no constrained decoding (mtok.api.fields)
                         ({"messages": [{"role": "user", "content": "x"}], "image_data": "x.png"}, "image_data")):
         status, resp = srv.post("/v1/chat/completions", dict(body, model="echo"))
         assert status == 400 and resp["error"]["param"] == param, (body, resp)

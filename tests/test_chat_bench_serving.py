@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from support import ROOT
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 
 if importlib.util.find_spec("sglang") is None:

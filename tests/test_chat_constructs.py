@@ -15,7 +15,7 @@ pytest.importorskip("jinja2", reason="jinja2 not installed")
 
 from mtok.chat import ChatTemplate, TemplateError  # noqa: E402
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 CONTEXT = dict(s="Hello World", n=5, f=2.5, l=[3, 1, 2], d={"b": 2, "a": 1, "items": 7}, none=None, t=True,
                msgs=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], e="", u8="héllo")

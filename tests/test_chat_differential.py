@@ -18,7 +18,7 @@ pytest.importorskip("jinja2", reason="jinja2 not installed")
 
 from mtok.chat import ChatTemplate  # noqa: E402
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 TEMPLATES = all_templates()
 CONTEXTS = contexts()

@@ -12,10 +12,10 @@ import threading
 
 import pytest
 
-from conftest import ROOT
+from support import ROOT
 from mtok.chat import BACKENDS, ChatTemplate, Limits, TemplateError, available_backends, resolve_backend
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 
 def error_of(src, backend="python", limits=None, **ctx):

@@ -21,7 +21,7 @@ from chat_cases import all_templates  # noqa: E402
 from mtok.chat import ChatTemplate, TemplateError  # noqa: E402
 
 # jinja2 compiles some generated templates to Python that warns ("'int' object is not subscriptable")
-pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::SyntaxWarning"), pytest.mark.unit]
 
 SETTINGS = settings(max_examples=int(__import__("os").environ.get("CHAT_FUZZ_EXAMPLES", "300")), deadline=None, suppress_health_check=list(HealthCheck), derandomize=not __import__("os").environ.get("CHAT_FUZZ_RANDOM"))
 

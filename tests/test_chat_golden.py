@@ -14,7 +14,7 @@ from chat_cases import CONVERSATIONS, TOOLS, all_templates
 from chat_golden import GOLDEN_CONSTRUCTS, GOLDEN_TEMPLATES
 from mtok.chat import ChatTemplate, TemplateError
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 TEMPLATES = all_templates()
 CONTEXT = dict(s="Hello World", n=5, f=2.5, l=[3, 1, 2], d={"b": 2, "a": 1, "items": 7}, none=None, t=True,

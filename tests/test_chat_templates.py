@@ -10,14 +10,14 @@ import pytest
 
 from chat_models import TEMPLATE_NAMES, model_dir, shared_template
 from mtok.chat import available_backends
-from mtok.chat_api import prompt_ids
-from mtok.chat_prompt import ChatInput, parse_chat_input, render_prompt, template_messages
-from mtok.chat_templates import ChatTemplateFileError, content_format, load_model_chat, special_tokens, template_flags
+from mtok.api.chat import prompt_ids
+from mtok.api.chat_prompt import ChatInput, parse_chat_input, render_prompt, template_messages
+from mtok.api.chat_templates import ChatTemplateFileError, content_format, load_model_chat, special_tokens, template_flags
 from mtok.tokenizer import TokenizerFiles, load_tokenizer
-from mtok.models import ModelEntry
-from mtok.validate import APIError
+from mtok.managers.models import ModelEntry
+from mtok.api.validate import APIError
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
@@ -271,7 +271,7 @@ def test_environment_globals_and_limits(tmp_path, backend):
 
 def test_special_tokens_are_not_added_twice(tmp_path):
     """Mistral's tokenizer adds <s> itself; the template writes it too: the prompt has one."""
-    from conftest import shared_tokenizer
+    from support import shared_tokenizer
 
     config = {"chat_template": "{{ bos_token }}[INST] {{ messages[0].content }} [/INST]", "bos_token": "<s>",
               "eos_token": "</s>"}

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from conftest import ROOT
+from support import ROOT
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 
 openai = pytest.importorskip("openai")

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from conftest import ROOT, parse_sse, wait_for
+from support import ROOT, parse_sse, wait_for
 from mtok.engines.echo import echo_logprob
 
 pytestmark = pytest.mark.fast

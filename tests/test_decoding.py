@@ -15,14 +15,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SHARED_TOKENIZERS
-from mtok.args import PortArgs, ServerArgs
-from mtok.decoding import find_stop, stop_holdback
-from mtok.detokenizer import DetokenizerManager
-from mtok.finish import FinishLength, FinishStop
-from mtok.io_struct import BatchTokenIDOutput, SamplingParams, TokenizedGenerateReqInput
-from mtok.scheduler import Req, Scheduler
+from support import SHARED_TOKENIZERS
+from mtok.wire.args import PortArgs, ServerArgs
+from mtok.managers.decoding import find_stop, stop_holdback
+from mtok.managers.detokenizer import DetokenizerManager
+from mtok.wire.finish import FinishLength, FinishStop
+from mtok.wire.io_struct import BatchTokenIDOutput, SamplingParams, TokenizedGenerateReqInput
+from mtok.managers.scheduler import Req, Scheduler
 from prompts import prompts
+
+pytestmark = pytest.mark.unit
 
 TOKENIZERS = ["built-in"] + [
     f for f in ("gpt2.json", "roberta-base.json", "mistral-7b-v0.1.json", "bert-base-uncased.json",
@@ -154,6 +156,6 @@ def _holdback_reference(text, stops):
 @settings(max_examples=400, deadline=None)
 @given(st.text(alphabet="ab c", max_size=30), st.lists(st.text(alphabet="ab c", min_size=1, max_size=8), max_size=5))
 def test_stop_holdback_matches_its_definition(text, stops):
-    from mtok.decoding import stop_holdback
+    from mtok.managers.decoding import stop_holdback
 
     assert stop_holdback(text, stops) == _holdback_reference(text, stops)

@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from conftest import parse_sse, wait_for
+from support import parse_sse, wait_for
 from test_upstream_sglang import serving
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import parse_sse, wait_for
+from support import parse_sse, wait_for
 
 pytestmark = pytest.mark.fast
 

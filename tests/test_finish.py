@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from mtok.finish import FinishAbort, FinishLength, FinishStop, as_finish
-from mtok.ipc import dumps, loads
+from mtok.wire.finish import FinishAbort, FinishLength, FinishStop, as_finish
+from mtok.wire.ipc import dumps, loads
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 
 def test_each_reason_in_each_surface():

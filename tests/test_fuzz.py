@@ -13,7 +13,7 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from conftest import Server, children_of
+from support import Server, children_of
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import Server, free_port, wait_for
+from support import Server, free_port, wait_for
 
 def num_running(srv) -> int:
     return srv.info()["scheduler"]["num_running"]
@@ -364,11 +364,11 @@ def test_a_slow_reader_is_closed_without_a_traceback_or_a_second_status():
 def test_a_batch_stops_tokenizing_once_its_client_has_gone():
     """Between slices of a batch the handler looks at its connection
     (ConnectionWatch.gone, over a real socket pair) and gives up."""
-    from mtok.connections import ConnectionWatch, DisconnectWatcher
+    from mtok.api.connections import ConnectionWatch, DisconnectWatcher
     from mtok.tokenizer import load_tokenizer
-    from mtok.models import ModelEntry
-    from mtok.request_handle import ClientDisconnected
-    from mtok.prepare import ENCODE_SLICE, encode_batch
+    from mtok.managers.models import ModelEntry
+    from mtok.managers.prepare import ENCODE_SLICE, encode_batch
+    from mtok.managers.request_handle import ClientDisconnected
 
     tok = load_tokenizer()
     calls = []

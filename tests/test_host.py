@@ -13,7 +13,9 @@ import tempfile
 
 import pytest
 
-from conftest import READY, ROOT, Server, children_of, pid_alive, wait_for
+from support import READY, ROOT, Server, children_of, wait_for
+
+from mtok.procutil import pid_alive
 from mtok.bench.servers import ReadyProcess
 
 pytestmark = pytest.mark.fast

@@ -9,7 +9,7 @@ from typing import List, Tuple
 
 import pytest
 
-from conftest import wait_for
+from support import wait_for
 
 pytestmark = pytest.mark.fast
 
@@ -239,7 +239,7 @@ def test_a_framing_error_costs_only_its_connection(srv):
 def test_header_lookups_fold_case_every_way():
     import io
 
-    from mtok.http_framing import read_headers
+    from mtok.api.framing import read_headers
 
     headers = read_headers(io.BytesIO(b"Content-Type: application/json\r\nX-A: 1\r\nx-a: 2\r\n\r\n"))
     for key in ("content-type", "Content-Type", "CONTENT-TYPE"):

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from mtok.finish import FinishLength, FinishStop
-from mtok.io_struct import (
+from mtok.wire.finish import FinishLength, FinishStop
+from mtok.wire.io_struct import (
     BatchEmbeddingOutput,
     BatchStrOutput,
     BatchTokenIDOutput,
@@ -15,7 +15,7 @@ from mtok.io_struct import (
     split_by_index,
 )
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 
 def token_batch():

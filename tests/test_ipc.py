@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-from conftest import wait_for
-from mtok import ipc, socket_mapping
-from mtok.io_struct import AbortReq, BatchStrOutput, TokenizedGenerateReqInput
+from support import wait_for
+from mtok.wire import ipc, socket_mapping
+from mtok.wire.io_struct import AbortReq, BatchStrOutput, TokenizedGenerateReqInput
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 KEY = os.urandom(32)
 

@@ -11,7 +11,8 @@ import textwrap
 import pytest
 
 import mtok
-from conftest import ROOT, Server, children_of, pid_alive, wait_for
+from support import ROOT, Server, children_of, wait_for
+from mtok.procutil import pid_alive
 from mtok.engines import Engine as EngineBase
 from test_lifecycle import leftovers
 
@@ -30,7 +31,7 @@ def reverse_factory(ctx):
 
 
 def client(handle) -> Server:
-    """conftest's HTTP helpers, pointed at a launched server."""
+    """support's HTTP helpers, pointed at a launched server."""
     c = Server.__new__(Server)
     c.host, c.port = handle.host, handle.port
     return c

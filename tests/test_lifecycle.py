@@ -11,7 +11,9 @@ import threading
 
 import pytest
 
-from conftest import Server, children_of, pid_alive, wait_for
+from support import Server, children_of, wait_for
+
+from mtok.procutil import pid_alive
 
 pytestmark = pytest.mark.fast
 

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from conftest import wait_for
+from support import wait_for
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
 

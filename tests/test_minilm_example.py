@@ -12,7 +12,7 @@ from typing import Dict, List, Sequence
 
 import pytest
 
-from conftest import ROOT, Server
+from support import ROOT, Server
 
 pytestmark = pytest.mark.slow
 

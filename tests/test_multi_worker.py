@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from conftest import Server, pid_alive, wait_for
+from support import Server, wait_for
+
+from mtok.procutil import pid_alive
 from load import run_load
 
 

@@ -9,7 +9,9 @@ import tempfile
 
 import pytest
 
-from conftest import Server, children_of, pid_alive, wait_for
+from support import Server, children_of, wait_for
+
+from mtok.procutil import pid_alive
 from test_lifecycle import leftovers
 
 pytestmark = pytest.mark.fast

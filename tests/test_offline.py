@@ -13,7 +13,8 @@ import sys
 import pytest
 
 import mtok
-from conftest import ROOT, Server, children_of, pid_alive, wait_for
+from support import ROOT, Server, children_of, wait_for
+from mtok.procutil import pid_alive
 from mtok.engines.echo import echo_embedding
 from test_launch import ReverseEngine
 from test_lifecycle import leftovers

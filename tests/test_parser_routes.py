@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mtok.args import ServerArgs
+from mtok.wire.args import ServerArgs
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 
 pytestmark = pytest.mark.fast

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from mtok.parsers import collect, make_reasoning_parser, make_tool_parser
 from parser_corpus import REASONING_CASES, TOOL_CASES, TOOLS
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 logging.getLogger("mtok.parsers").setLevel(logging.CRITICAL)
 
 with open(os.path.join(os.path.dirname(__file__), "parser_fixtures.json"), encoding="utf-8") as _f:

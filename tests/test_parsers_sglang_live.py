@@ -15,6 +15,8 @@ import pytest
 from mtok.parsers import make_reasoning_parser, make_tool_parser
 from parser_corpus import REASONING_CASES, TOOL_CASES, TOOLS
 
+pytestmark = pytest.mark.unit
+
 pytest.importorskip("sglang.srt.function_call.function_call_parser",
                     reason="SGLang is not installed; test_parsers.py compares with recorded results")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))

@@ -11,7 +11,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 from mtok.tokenizer.pyrt._chars import WHITE_SPACE, charset  # noqa: E402
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 # Characters this Python's unicodedata knows; tokenizers' Rust tables may be newer.
 KNOWN = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) not in ("Cn", "Cs")]

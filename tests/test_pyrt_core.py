@@ -21,7 +21,7 @@ from mtok.tokenizer.pyrt.decoders import decoder_from_json
 from mtok.tokenizer.pyrt.pre_tokenizers import pre_tokenizer_from_json
 
 DEFAULT_JSON = os.path.join(DEFAULT_TOKENIZER_DIR, "tokenizer.json")
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 GOLDEN = [
     ("Hello, world!", [5823, 12, 3791, 1580, 1]),

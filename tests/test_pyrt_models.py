@@ -13,6 +13,8 @@ from mtok.tokenizer.pyrt.unigram import Unigram, serde_f64
 from mtok.tokenizer.pyrt.wordlevel import WordLevel
 from mtok.tokenizer.pyrt.wordpiece import WordPiece
 
+pytestmark = pytest.mark.unit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 
@@ -212,7 +214,7 @@ def test_trained_wordpiece_and_wordlevel(trained):
 def _shared_model(name):
     path = os.path.join(SHARED, name)
     if not os.path.exists(path):
-        pytest.skip(f"no {name} in {SHARED}")
+        pytest.skip(f"no {name} in {SHARED} (../shared/tokenizers is not on this machine)")
     with open(path, encoding="utf-8") as f:
         return json.load(f)["model"]
 

@@ -13,6 +13,8 @@ from mtok.tokenizer.pyrt import crate_tables
 from mtok.tokenizer.pyrt.normalizers import NORMALIZERS, aligned_prefix, lowercase, normalizer_from_json
 from mtok.tokenizer.pyrt.precompiled import CharsMap, Precompiled
 
+pytestmark = pytest.mark.unit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 
@@ -114,7 +116,7 @@ def test_empty_charsmap_is_identity():
 def _t5_normalizer_json():
     path = os.path.join(SHARED, "t5-small.json")
     if not os.path.exists(path):
-        pytest.skip(f"no t5-small.json in {SHARED}")
+        pytest.skip(f"no t5-small.json in {SHARED} (../shared/tokenizers is not on this machine)")
     with open(path, encoding="utf-8") as f:
         return json.load(f)["normalizer"]
 

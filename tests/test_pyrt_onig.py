@@ -15,6 +15,8 @@ import pytest
 from mtok.tokenizer import TokenizerError
 from mtok.tokenizer.pyrt.onig import OnigError, OnigUnsupported, compile_onig, find_spans, translate
 
+pytestmark = pytest.mark.unit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 
@@ -298,7 +300,7 @@ def test_emulation_matches_tokenizers_on_new_pythons_too(pattern):
 def test_patterns_of_shared_tokenizer_files():
     pytest.importorskip("tokenizers")
     if not os.path.isdir(SHARED):
-        pytest.skip(f"no shared tokenizer files at {SHARED}")
+        pytest.skip(f"no tokenizer files at {SHARED} (../shared/tokenizers is not on this machine)")
     patterns = _shared_patterns()
     assert patterns, "expected at least the cl100k Split regex"
     for pattern in patterns:

@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-from conftest import Server, children_of, parse_sse, pid_alive, wait_for
+from support import Server, children_of, parse_sse, wait_for
+
+from mtok.procutil import pid_alive
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 from test_lifecycle import leftovers
 

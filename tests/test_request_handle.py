@@ -17,17 +17,17 @@ import threading
 
 import pytest
 
-from conftest import parse_sse, wait_for
-from mtok.args import PortArgs, ServerArgs
-from mtok.finish import FinishAbort, FinishLength
-from mtok.http_server import EventStream, HTTPServer, route
-from mtok.io_struct import AbortReq, BatchStrOutput, GenerateReqInput, SamplingParams, TokenizedGenerateReqInput
-from mtok.ipc import Sender
-from mtok.listen import make_listen_socket
-from mtok.tokenizer_manager import TokenizerManager
-from mtok.validate import APIError
+from support import parse_sse, wait_for
+from mtok.api.listen import make_listen_socket
+from mtok.api.server import EventStream, HTTPServer, route
+from mtok.api.validate import APIError
+from mtok.managers.tokenizer_manager import TokenizerManager
+from mtok.wire.args import PortArgs, ServerArgs
+from mtok.wire.finish import FinishAbort, FinishLength
+from mtok.wire.io_struct import AbortReq, BatchStrOutput, GenerateReqInput, SamplingParams, TokenizedGenerateReqInput
+from mtok.wire.ipc import Sender
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 
 class Outbox:

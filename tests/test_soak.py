@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import Server, children_of
+from support import Server, children_of
 from load import run_load
 
 pytestmark = pytest.mark.slow

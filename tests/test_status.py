@@ -7,12 +7,12 @@ import types
 
 import pytest
 
-from mtok.args import unlink_shm
-from mtok.metrics import Metrics
-from mtok.status import DETOKENIZER_SLOT, FIRST_WORKER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
-from mtok.worker import HttpFrontend
+from mtok.wire.args import unlink_shm
+from mtok.wire.metrics import Metrics
+from mtok.wire.status import DETOKENIZER_SLOT, FIRST_WORKER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
+from mtok.managers.worker import HttpFrontend
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 
 @pytest.fixture

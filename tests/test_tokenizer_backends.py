@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from conftest import hf_installed
+from support import hf_installed
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR, load_tokenizer
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 BACKENDS = ["python"] + (["hf"] if hf_installed() else [])
 

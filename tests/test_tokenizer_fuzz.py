@@ -16,7 +16,7 @@ from test_tokenizer_differential import (  # noqa: E402
     CASES, SHAPE_CASES, added_contents, assert_same_decoding, assert_same_encoding, load,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.unit]
 
 
 def _random_text(rng: random.Random, pool: List[str], contents: List[str]) -> str:

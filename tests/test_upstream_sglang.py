@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from conftest import Server, wait_for
+from support import Server, wait_for
 from upstream_standin import SGLangStandIn, lp
 
 pytestmark = pytest.mark.timeout(180)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import wait_for
+from support import wait_for
 from test_upstream_sglang import serving, tokenize
 from upstream_standin import VLLMStandIn, lp
 

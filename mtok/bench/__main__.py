@@ -13,7 +13,7 @@ COMMANDS = {
     "tokenizer": ("mtok.bench.tokenizer", "tokenizer encode/decode throughput and load time"),
     "load": ("mtok.bench.load", "drive a server with one workload: req/s, tokens/s, latencies, CPU/request"),
     "sweep": ("mtok.bench.sweep", "throughput for N = 1, 2, 4, ... workers; the scaling curve as SVG"),
-    "transport": ("mtok.bench.transport", "IPC hop latency and messages/s: mtok.ipc beside pyzmq PUSH/PULL"),
+    "transport": ("mtok.bench.transport", "IPC hop latency and messages/s: mtok.wire.ipc beside pyzmq PUSH/PULL"),
     "soak": ("mtok.bench.soak", "long mixed load; the server's RSS and open fds over time"),
     "compare": ("mtok.bench.compare", "mtok vs the FastAPI peer, alternately, on one workload; the ratios"),
     "detok": ("mtok.bench.detok", "the detokenizer streaming token by token vs one decode of the same ids"),

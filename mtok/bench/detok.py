@@ -2,14 +2,14 @@
 
     python -m mtok.bench detok [--tokens 512,4096] [--streams 1,64] [--backend auto,python] [--logprobs off,0,5]
 
-Feeds :meth:`mtok.detokenizer.DetokenizerManager.handle_batch_token_id_out`
+Feeds :meth:`mtok.managers.detokenizer.DetokenizerManager.handle_batch_token_id_out`
 one token per step, as the scheduler does, for a stream of ``--tokens`` ids of
 natural text (the standard library's docstrings), and compares its total time
 with one ``tokenizer.decode`` of the same ids.  With ``--streams`` above 1, that
 many streams advance together, one batch per step, as under load.  The
 scheduler's messages are built before the clock starts: only the detokenizer
 is timed, without IPC.  "decoder-only" is the incremental decoding alone
-(:class:`mtok.decoding.IncrementalDecoder`), without the message handling; the
+(:class:`mtok.managers.decoding.IncrementalDecoder`), without the message handling; the
 per-token cost at two stream lengths shows whether streaming stays linear.
 ``--logprobs K`` adds, to every token, its logprob and K alternatives with
 their texts (``return_text_in_logprobs``, or any OpenAI request with
@@ -26,11 +26,11 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from mtok.args import PortArgs, ServerArgs
-from mtok.decoding import DecodeState, IncrementalDecoder
-from mtok.detokenizer import DetokenizerManager
-from mtok.finish import FinishLength
-from mtok.io_struct import BatchTokenIDOutput
+from mtok.wire.args import PortArgs, ServerArgs
+from mtok.managers.decoding import DecodeState, IncrementalDecoder
+from mtok.managers.detokenizer import DetokenizerManager
+from mtok.wire.finish import FinishLength
+from mtok.wire.io_struct import BatchTokenIDOutput
 from mtok.tokenizer import hf_available
 
 from .report import table, write_json

@@ -5,7 +5,7 @@
 Between two processes, with the message a tokenizer worker sends the scheduler
 (a ``TokenizedGenerateReqInput``): the latency of one hop (half a round trip,
 pickling and unpickling included) and how many messages per second one sender
-gets through.  mtok's side is :mod:`mtok.ipc` (``multiprocessing.connection``
+gets through.  mtok's side is :mod:`mtok.wire.ipc` (``multiprocessing.connection``
 over AF_UNIX, authenticated, restricted unpickler); the other is pyzmq's
 ``send_pyobj``/``recv_pyobj`` over ``ipc://``, measured when pyzmq is installed.
 """
@@ -21,8 +21,8 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from mtok.io_struct import RpcOutput, SamplingParams, TokenizedGenerateReqInput
-from mtok.ipc import Receiver, Sender, dumps
+from mtok.wire.io_struct import RpcOutput, SamplingParams, TokenizedGenerateReqInput
+from mtok.wire.ipc import Receiver, Sender, dumps
 
 from .report import distribution_ms, table, write_json
 
@@ -30,7 +30,7 @@ from .report import distribution_ms, table, write_json
 class MtokLink:
     """One process's two endpoints on mtok's IPC: a Receiver it owns, a Sender to the other side."""
 
-    name = "mtok.ipc"
+    name = "mtok.wire.ipc"
 
     def __init__(self, listen: str, peer: str, authkey: bytes):
         self.receiver = Receiver(listen, authkey)

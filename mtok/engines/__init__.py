@@ -7,7 +7,7 @@ leave the batch between steps (continuous batching); ``add_request`` and
 ``finish_request`` let an engine keep per-request state such as a KV cache.
 
 A request, as an engine sees it, has ``rid``, ``input_ids``, ``output_ids`` (the
-tokens generated so far) and ``sampling_params`` (:class:`mtok.io_struct.SamplingParams`).
+tokens generated so far) and ``sampling_params`` (:class:`mtok.wire.io_struct.SamplingParams`).
 
 ``--engine module:attr`` loads a user engine; ``examples/custom_engine.py`` is one.
 
@@ -28,7 +28,7 @@ server streaming tokens when it has them (:mod:`mtok.engines.upstream`) --
 sets ``asynchronous = True``.  Its :meth:`Engine.step` then answers, per
 request, an :class:`EngineOutput` (or a plain int, as a synchronous engine
 does): zero, one or several new token ids, the upstream's own finish reason
-(a :class:`mtok.finish.FinishReason`: ``FinishStop``, ``FinishLength`` or
+(a :class:`mtok.wire.finish.FinishReason`: ``FinishStop``, ``FinishLength`` or
 ``FinishAbort`` with its HTTP status; the older dict form is still accepted), and the logprob rows of those ids and,
 once, of the prompt, since they arrive with the tokens rather than on demand
 (:meth:`Engine.logprobs` is not called).  Its step should wait briefly (a few

@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from .upstream import Flight, UpstreamEngine, error_event_abort, upstream_abort
-from ..finish import FinishReason, as_finish
+from ..wire.finish import FinishReason, as_finish
 
 # mtok's SamplingParams fields that go upstream under the same name when not at their default
 FORWARDED = ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",

@@ -44,7 +44,7 @@ import urllib.parse
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import Engine, EngineContext, EngineOutput
-from ..finish import FinishAbort, FinishReason
+from ..wire.finish import FinishAbort, FinishReason
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from .upstream import Flight, UpstreamEngine, error_event_abort, upstream_abort
-from ..finish import FinishAbort, FinishLength, FinishStop
+from ..wire.finish import FinishAbort, FinishLength, FinishStop
 
 # mtok name -> vLLM SamplingParams name, sent when not at mtok's default
 RENAMED = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "temperature": "temperature",

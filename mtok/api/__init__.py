@@ -1,0 +1,10 @@
+"""The HTTP face: what a client talks to.
+
+``server`` (one ``http.server`` per worker process, strict ``framing``, kept-alive
+``connections`` and the shared ``listen`` socket) hands each request to a route in
+``routes``: SGLang's native ones in ``native``, OpenAI's in ``openai`` and ``chat``
+(rendered by ``chat_prompt`` / ``chat_templates``, parsed back by
+``chat_parsing``), the parser routes in ``parser_routes``.  Bodies are read
+against one table of request fields (``fields``, ``parse``, ``validate``,
+``limits``); every refusal is an :class:`~mtok.api.validate.APIError`.
+"""

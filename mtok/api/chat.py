@@ -1,0 +1,203 @@
+"""``POST /v1/chat/completions``, in OpenAI's shapes, and ``/tokenize`` of messages.
+
+A chat request becomes the same :class:`GenerateReqInput` as ``/v1/completions``
+(its sampling fields go through :func:`~mtok.api.openai.parse_openai_sampling`),
+with token ids instead of text: the prompt is the model's chat template
+rendered (:mod:`mtok.api.chat_prompt`) and tokenized without adding special tokens
+again, since templates write their own ``bos_token`` (as SGLang and vLLM do).
+
+What the model generates reaches the client through an :class:`OutputParser`,
+chosen per request by :func:`make_output_parser`: the plain one passes text
+through as ``content``; a reasoning or tool-call parser can replace it there
+and turn text deltas into ``reasoning_content`` / ``tool_calls`` deltas.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+
+from .chat_prompt import ChatInput, parse_chat_input, render_prompt
+from .server import Request, route
+from . import fields
+from ..wire.io_struct import GenerateReqInput, LogprobParams
+from .logprobs import chat_content
+from .openai import openai_finish, parse_openai_sampling
+from .parse import parse_rid
+from .validate import as_bool, bad, check_unknown, get_bool, get_int, get_str, require_object
+
+if TYPE_CHECKING:
+    from ..managers.models import ModelEntry
+    from ..managers.request_handle import ReqState
+
+# What the template sees, besides messages.
+TEMPLATE_FIELDS = ("messages", "tools", "documents", "chat_template_kwargs", "add_generation_prompt",
+                   "continue_final_message")
+TOKENIZE_CHAT_FIELDS = TEMPLATE_FIELDS + ("model", "add_special_tokens")
+TOOL_CHOICES = ("none", "auto", "required")
+
+
+class OutputParser:
+    """Generated text -> the assistant message's fields.  This one passes text
+    through as ``content``; parsers for reasoning and tool calls subclass it.
+
+    Streaming calls ``feed`` with each text delta and ``flush`` at the end; each
+    returns the deltas to send (``{"content": ...}``, ``{"reasoning_content": ...}``,
+    ``{"tool_calls": [...]}``).  A non-streaming response calls ``message`` once
+    with the whole text.  ``finish_reason`` may rename the finish (``tool_calls``).
+    """
+
+    def feed(self, text: str) -> List[Dict[str, Any]]:
+        return [{"content": text}] if text else []
+
+    def flush(self) -> List[Dict[str, Any]]:
+        return []
+
+    def message(self, text: str) -> Dict[str, Any]:
+        return {"content": text}
+
+    def finish_reason(self, reason: Optional[str]) -> Optional[str]:
+        return reason
+
+
+def make_output_parser(body: Dict[str, Any], model: "ModelEntry", server_args: Any) -> OutputParser:
+    """The hook: which parser a chat request's output goes through."""
+    from .chat_parsing import output_parser_for
+
+    return output_parser_for(body, model.name, server_args) or OutputParser()
+
+
+def _check_chat_only(body: Dict[str, Any]) -> None:
+    """Fields of chat requests that mtok checks but has no use for beyond the template."""
+    choice = body.get("tool_choice")
+    if choice is not None and choice not in TOOL_CHOICES and not (
+            isinstance(choice, dict) and isinstance(choice.get("function"), dict)
+            and isinstance(choice["function"].get("name"), str)):
+        raise bad(f"'tool_choice' must be one of {', '.join(map(repr, TOOL_CHOICES))} or "
+                  "{\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice")
+    get_bool(body, "parallel_tool_calls", True)
+    get_str(body, "reasoning_effort")
+
+
+def template_extras(body: Dict[str, Any]) -> Dict[str, Any]:
+    """Request fields a template may read besides transformers' context (as SGLang passes them)."""
+    return {k: body[k] for k in ("tool_choice", "reasoning_effort") if body.get(k) is not None}
+
+
+def chat_max_tokens(body: Dict[str, Any]) -> Optional[int]:
+    """``max_completion_tokens`` (OpenAI's current name), else ``max_tokens``; None: up to the context."""
+    n = get_int(body, "max_completion_tokens", None, 1)
+    return n if n is not None else get_int(body, "max_tokens", None, 1)
+
+
+def prompt_ids(model: "ModelEntry", inp: ChatInput, add_special_tokens: bool = False) -> List[int]:
+    return model.tokenizer.encode(render_prompt(model.chat, inp), add_special_tokens)
+
+
+class ChatRoutes:
+    """Mixed into :class:`mtok.api.native.Api`, which provides tm, args, start_stream, usage."""
+
+    @route("POST", "/v1/chat/completions")
+    def chat_completions(self, req: Request) -> Any:
+        body = require_object(req.json())
+        got = fields.read(body, fields.CHAT, self.args.strict_fields)  # mtok.api.fields: what each field does
+        if "messages" not in body:
+            raise bad("'messages' is required", "messages")
+        _check_chat_only(body)
+        max_tokens = chat_max_tokens(body)
+        sp, include_usage = parse_openai_sampling(got, max_tokens or 1)
+        model = self.tm.model(get_str(body, "model"))
+        inp = parse_chat_input(body)
+        inp.kwargs = dict(template_extras(body), **(inp.kwargs or {}))
+        ids = prompt_ids(model, inp)
+        if not ids:
+            raise bad("the chat template rendered an empty prompt for these messages", "messages")
+        if max_tokens is None:
+            sp.max_new_tokens = max(1, model.context_length - len(ids))
+        obj = GenerateReqInput(input_ids=ids, sampling_params=sp, stream=get_bool(body, "stream", False),
+                               model=model.name, lora_path=got.get("lora_path"), logprobs=chat_logprobs(got),
+                               rid=parse_rid(got.get("rid"), False, 1))
+        parsers = [make_output_parser(body, model, self.args) for _ in range(obj.num_outputs)]  # one per choice
+        rid = self.tm.assign_rids(obj)  # the id holds the rid: /abort_request takes it
+        head = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model.name}
+        handle = self.tm.submit(obj, req.watch)
+        if obj.stream:
+            head["object"] = "chat.completion.chunk"
+            return self.start_stream(handle, self._chat_chunks(handle, head, parsers, include_usage))
+        with handle:
+            results = handle.results()
+        choices = []
+        for st in results:
+            finish, matched = openai_finish(st)
+            parser = parsers[st.index]
+            choices.append({"index": st.index, "message": {"role": "assistant", **parser.message(st.text)},
+                            "logprobs": {"content": chat_content(st.logprobs)} if st.logprobs is not None else None,
+                            "finish_reason": parser.finish_reason(finish), "stop_reason": matched,
+                            "matched_stop": matched})
+        return dict(head, choices=choices, usage=self.usage(results))
+
+    def tokenize_chat(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        """``/tokenize`` with ``messages`` (vLLM's TokenizeChatRequest): the rendered prompt's tokens."""
+        check_unknown(body, TOKENIZE_CHAT_FIELDS)
+        model = self.tm.model(get_str(body, "model"))
+        ids = prompt_ids(model, parse_chat_input(body), get_bool(body, "add_special_tokens", False))
+        return {"tokens": ids, "count": len(ids), "max_model_len": model.context_length}
+
+    def _chat_chunks(self, states: Iterator["ReqState"], head: Dict[str, Any], parsers: List[OutputParser],
+                     include_usage: bool) -> Iterator[Any]:
+        """Per choice: role first, then content deltas (with their logprobs), then the
+        finish; then usage, then [DONE] (OpenAI's order)."""
+
+        def chunk(index: int, delta: Dict[str, Any], finish: Optional[str] = None, matched: Any = None,
+                  logprobs: Any = None) -> Dict[str, Any]:
+            out = dict(head, choices=[{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish,
+                                       "stop_reason": matched}])
+            if include_usage:
+                out["usage"] = None
+            return out
+
+        for i in range(len(parsers)):
+            yield chunk(i, {"role": "assistant", "content": ""})
+        sent: Dict[int, int] = {}
+        lp_sent: Dict[int, int] = {}
+        final: Dict[int, "ReqState"] = {}
+        for st in states:
+            i = st.index
+            if i in final:
+                continue  # the state seen finished early is handed over once more; its finish is sent
+            err = st.error()
+            if err is not None:
+                yield err.body()
+                break
+            # The receiver thread grows st.text meanwhile: read the finish first (its text
+            # is complete by then), then one snapshot of the text for both slice and mark.
+            finish, matched = openai_finish(st)
+            text = st.text
+            deltas = parsers[i].feed(text[sent.get(i, 0):])
+            sent[i] = len(text)
+            logprobs = None
+            if st.logprobs is not None and (deltas or finish is not None):  # else they wait for text to go with
+                content = chat_content(st.logprobs, lp_sent.get(i, 0))
+                lp_sent[i] = lp_sent.get(i, 0) + len(content)
+                logprobs = {"content": content} if content else None
+            for n, delta in enumerate(deltas):
+                yield chunk(i, delta, logprobs=logprobs if n == 0 else None)
+            if finish is not None:
+                for delta in parsers[i].flush():
+                    yield chunk(i, delta)
+                yield chunk(i, {}, parsers[i].finish_reason(finish), matched,
+                            logprobs if not deltas and logprobs else None)
+                final[i] = st
+        if include_usage and len(final) == len(parsers):
+            yield dict(head, choices=[], usage=self.usage(list(final.values())))
+        yield "[DONE]"
+
+
+def chat_logprobs(got: Dict[str, Any]) -> Optional[LogprobParams]:
+    """Chat's ``logprobs: true`` and ``top_logprobs: k``."""
+    if not as_bool(got.get("logprobs", False), "logprobs"):
+        if got.get("top_logprobs"):
+            raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        return None
+    return LogprobParams(top_n=got.get("top_logprobs", 0), with_text=True)
+

@@ -1,0 +1,261 @@
+"""OpenAI-compatible routes: ``/v1/completions`` and ``/v1/models``.
+
+The request is translated into the same :class:`GenerateReqInput` that
+``/generate`` uses, so both APIs share one pipeline and one set of checks.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import time
+from urllib.parse import unquote
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+
+from . import fields
+from .server import Request, route
+from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
+from .logprobs import CompletionLogprobs, merge
+from .parse import parse_rid, response_format, sampling_params
+from .validate import _json_type, as_int, bad, get_bool, get_int, get_str, require_object, token_list
+
+if TYPE_CHECKING:
+    from ..managers.request_handle import ReqState
+
+def parse_prompt(prompt: Any, obj: GenerateReqInput) -> None:
+    """OpenAI's four prompt shapes: a string, strings, a token list, token lists."""
+    if isinstance(prompt, str):
+        obj.text = prompt
+    elif isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            obj.text, obj.is_batch = prompt, True
+        elif all(isinstance(p, list) for p in prompt):
+            obj.input_ids, obj.is_batch = [token_list(p, "prompt") for p in prompt], True
+        else:
+            obj.input_ids = token_list(prompt, "prompt")
+    else:
+        raise bad(f"'prompt' must be a string, an array of strings or of token ids; got {_json_type(prompt)}"
+                  if not isinstance(prompt, list) else "'prompt' must not be empty", "prompt")
+
+
+def openai_sampling(got: Dict[str, Any], default_max: Optional[int], echo: bool = False) -> SamplingParams:
+    """Sampling parameters of an OpenAI body (completions or chat), from :func:`fields.read`'s result."""
+    if got.get("max_new_tokens") == 0 and not echo:
+        raise bad("'max_tokens' must be at least 1 (0 is only meaningful with 'echo')", "max_tokens")
+    n = got.get("n", 1)
+    best_of = got.get("best_of")
+    if best_of is not None and best_of != n:
+        raise bad(f"'best_of' ({best_of}) must equal 'n' ({n}): returning the best of more samples than are "
+                  "returned is not supported", "best_of")
+    defaults = {"max_new_tokens": default_max} if default_max is not None else {}
+    sp = sampling_params(got, **defaults)
+    if "response_format" in got:
+        response_format(got["response_format"], sp)
+    return sp
+
+
+def parse_openai_sampling(got: Dict[str, Any], max_tokens: Optional[int]) -> "tuple[SamplingParams, bool]":
+    """The sampling fields both OpenAI routes share, from :func:`fields.read`'s result,
+    and ``stream_options.include_usage``; the caller decides the token budget."""
+    got = {k: v for k, v in got.items() if k != "max_new_tokens"}
+    return openai_sampling(got, max_tokens), stream_options(got)
+
+
+def stream_options(got: Dict[str, Any]) -> bool:
+    """include_usage of ``stream_options``."""
+    opts = got.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise bad("'stream_options' must be an object", "stream_options")
+    return get_bool(opts or {}, "include_usage", False, "stream_options.include_usage")
+
+
+def parse_completion(body: Any, strict: bool = False) -> "tuple[GenerateReqInput, Dict[str, Any]]":
+    """A /v1/completions body: the request, and the response options (include_usage, echo, logprobs)."""
+    body = require_object(body)
+    got = fields.read(body, fields.CMPL, strict)
+    if "prompt" not in got:
+        raise bad("'prompt' is required", "prompt")
+    logprobs = got.get("logprobs")
+    if logprobs is not None:
+        logprobs = as_int(logprobs, "logprobs", 0, 20)
+    echo = got.get("echo", False)
+    opts = {"include_usage": stream_options(got), "echo": echo, "logprobs": logprobs}
+    sp = openai_sampling(got, 16, echo)
+    obj = GenerateReqInput(sampling_params=sp, stream=got.get("stream", False), model=got.get("model"),
+                           lora_path=got.get("lora_path"), rid=got.get("rid"))
+    if logprobs is not None:
+        obj.logprobs = LogprobParams(start_len=0 if echo else -1, top_n=logprobs, with_text=True)
+    parse_prompt(got["prompt"], obj)
+    obj.rid = parse_rid(obj.rid, obj.is_batch, obj.batch_size)
+    return obj, opts
+
+
+def base64_floats(vec: List[float]) -> str:
+    """OpenAI's base64 form: the vector as little-endian float32."""
+    return base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+
+
+def embedding_inputs(value: Any, name: str) -> "tuple[List[Any], bool]":
+    """Texts or token lists to embed, and whether the caller sent a batch."""
+    if isinstance(value, str):
+        return [value], False
+    if isinstance(value, list) and value:
+        if all(isinstance(v, str) for v in value):
+            return value, True
+        if all(isinstance(v, list) for v in value):
+            return [token_list(v, name) for v in value], True
+        return [token_list(value, name)], False
+    raise bad(f"'{name}' must be a string, an array of strings or of token ids"
+              + ("; it must not be empty" if isinstance(value, list) else f", not {_json_type(value)}"), name)
+
+
+def refuse_embedding_adapter(got: Dict[str, Any]) -> None:
+    """Embeddings have no capability check in the scheduler: an adapter is refused here."""
+    for key in ("lora_path", "lora_id"):
+        if got.get(key) is not None:
+            raise bad(f"'{key}': LoRA adapters are not supported for embeddings", key)
+
+
+def openai_finish(st: "ReqState") -> "tuple[Optional[str], Any]":
+    reason = st.finished_reason
+    if reason is None:
+        return None, None
+    return reason.openai()
+
+
+class OpenAIRoutes:
+    """Mixed into :class:`mtok.api.native.Api`, which provides tm, created, start_stream."""
+
+    @route("GET", "/v1/models")
+    def list_models(self, req: Request) -> Any:
+        return {"object": "list", "data": [self.model_card(m) for m in self.tm.models.values()]}
+
+    @route("GET", "/v1/models/{model}")
+    def retrieve_model(self, req: Request) -> Any:
+        """One model's card; with one model any name is it (as for requests)."""
+        return self.model_card(self.tm.model(unquote(req.path.rpartition("/")[2])))
+
+    def model_card(self, model: Any) -> Dict[str, Any]:
+        return {"id": model.name, "object": "model", "created": self.created, "owned_by": "mtok",
+                "max_model_len": model.context_length}
+
+    @route("POST", "/v1/completions")
+    def completions(self, req: Request) -> Any:
+        obj, opts = parse_completion(req.json(), self.args.strict_fields)
+        model = self.tm.model(obj.model)
+        rid = self.tm.assign_rids(obj)  # the completion's id: /abort_request takes it
+        head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model.name}
+        choices = CompletionChoices(obj, opts, model.tokenizer)
+        handle = self.tm.submit(obj, req.watch)
+        if obj.stream:
+            return self.start_stream(handle, self._completion_chunks(handle, head, choices, opts["include_usage"]))
+        with handle:
+            results = handle.results()
+        return dict(head, choices=[choices.whole(st) for st in results], usage=self.usage(results))
+
+    @route("POST", "/v1/embeddings")
+    def embeddings(self, req: Request) -> Any:
+        body = require_object(req.json())
+        got = fields.read(body, fields.EMB, self.args.strict_fields)  # unknown, ignored and refused fields
+        refuse_embedding_adapter(got)
+        if "input" not in body:
+            raise bad("'input' is required", "input")
+        fmt = get_str(body, "encoding_format", "float")
+        if fmt not in ("float", "base64"):
+            raise bad("'encoding_format' must be 'float' or 'base64'", "encoding_format")
+        inputs, _ = embedding_inputs(body["input"], "input")
+        model = self.tm.model(get_str(body, "model"))
+        dims = get_int(body, "dimensions", None, 1)
+        with self.tm.submit_embedding(inputs, model.name, req.watch) as handle:
+            states = handle.results()
+        data = []
+        for st in states:
+            vec = st.embedding or []
+            if dims is not None and dims != len(vec):
+                raise bad(f"this model's embeddings have {len(vec)} dimensions, not {dims}", "dimensions")
+            data.append({"object": "embedding", "index": st.index,
+                         "embedding": vec if fmt == "float" else base64_floats(vec)})
+        prompt = sum(st.prompt_tokens for st in states)
+        return {"object": "list", "data": data, "model": model.name,
+                "usage": {"prompt_tokens": prompt, "total_tokens": prompt}}
+
+    @staticmethod
+    def usage(states: List["ReqState"]) -> Dict[str, int]:
+        prompt = sum(st.prompt_tokens for st in states)
+        completion = sum(st.completion_tokens for st in states)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def _completion_chunks(self, states: Iterator["ReqState"], head: Dict[str, Any], choices: "CompletionChoices",
+                           include_usage: bool) -> Iterator[Any]:
+        final: Dict[int, "ReqState"] = {}
+        for st in states:
+            err = st.error()
+            if err is not None:
+                yield err.body()
+                break
+            choice = choices.delta(st)
+            if choice["finish_reason"] is not None:
+                final[st.index] = st
+            elif not choice["text"] and not choice["logprobs"]:
+                continue
+            chunk = dict(head, choices=[choice])
+            if include_usage:
+                chunk["usage"] = None
+            yield chunk
+        if include_usage and len(final) == choices.total:
+            yield dict(head, choices=[], usage=self.usage(list(final.values())))
+        yield "[DONE]"
+
+
+class CompletionChoices:
+    """The choices of one /v1/completions call: text (with the prompt first
+    under ``echo``), logprobs, finish reasons; whole, or as stream deltas."""
+
+    def __init__(self, obj: GenerateReqInput, opts: Dict[str, Any], tokenizer: Any):
+        self.obj, self.echo, self.k = obj, opts["echo"], opts["logprobs"]
+        self.tokenizer = tokenizer
+        self.total = obj.num_outputs
+        self.per_prompt = obj.params_at(0).n
+        self.sent: Dict[int, int] = {}
+        self.lps: Dict[int, CompletionLogprobs] = {}
+
+    def prompt_text(self, index: int) -> str:
+        i = index // self.per_prompt
+        if self.obj.text is not None:
+            return self.obj.text[i] if self.obj.is_batch else self.obj.text  # type: ignore[return-value]
+        ids = self.obj.input_ids[i] if self.obj.is_batch else self.obj.input_ids  # type: ignore[index]
+        return self.tokenizer.decode(ids)
+
+    def whole(self, st: "ReqState") -> Dict[str, Any]:
+        finish, matched = openai_finish(st)  # st is finished: nothing changes any more
+        text = self.prompt_text(st.index) + st.text if self.echo else st.text
+        lps = None
+        if self.k is not None and st.logprobs is not None:
+            lp = CompletionLogprobs()
+            lps = lp.take(st.logprobs, "input") if self.echo else None
+            out = lp.take(st.logprobs, "output")
+            lps = merge(lps, out) if lps is not None else out
+        return {"index": st.index, "text": text, "logprobs": lps, "finish_reason": finish,
+                "stop_reason": matched, "matched_stop": matched}
+
+    def delta(self, st: "ReqState") -> Dict[str, Any]:
+        finish, matched = openai_finish(st)  # before the text: the receiver adds text, then the finish
+        whole = st.text
+        first = st.index not in self.sent
+        start = self.sent.get(st.index, 0)
+        self.sent[st.index] = len(whole)
+        text = whole[start:]
+        lps = None
+        if self.k is not None and st.logprobs is not None:
+            lp = self.lps.setdefault(st.index, CompletionLogprobs())
+            if first and self.echo:
+                text = self.prompt_text(st.index) + text
+                lps = merge(lp.take(st.logprobs, "input"), lp.take(st.logprobs, "output"))
+            else:
+                lps = lp.take(st.logprobs, "output")
+            if not lps["tokens"]:
+                lps = None if not first else lps
+        elif first and self.echo:
+            text = self.prompt_text(st.index) + text
+        return {"index": st.index, "text": text, "logprobs": lps, "finish_reason": finish,
+                "stop_reason": matched, "matched_stop": matched}

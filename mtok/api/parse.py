@@ -1,0 +1,112 @@
+"""Request bodies into :class:`~mtok.wire.io_struct.GenerateReqInput`, through the field table.
+
+:func:`mtok.api.fields.read` decides which fields count and checks each one's type;
+this module turns what it returns into the request objects, and checks what
+spans fields (``min_new_tokens`` against ``max_new_tokens``, one of ``text``
+and ``input_ids``, one ``rid`` per prompt).  The OpenAI routes build their
+sampling parameters with :func:`sampling_params` too, so both APIs share one
+set of checks.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional
+
+from . import fields
+from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
+from .validate import _json_type, bad, require_object, token_list
+
+_SP_ATTRS = frozenset(f.name for f in SamplingParams.__dataclass_fields__.values())
+
+
+def sampling_params(got: Dict[str, Any], prefix: str = "", **defaults: Any) -> SamplingParams:
+    """SamplingParams from the checked fields of :func:`fields.read`; route defaults first."""
+    sp = SamplingParams(**defaults)
+    for key, value in got.items():
+        if key in _SP_ATTRS:
+            setattr(sp, key, value)
+    if sp.min_new_tokens > sp.max_new_tokens:
+        raise bad(f"'{prefix}min_new_tokens' ({sp.min_new_tokens}) must not exceed "
+                  f"'{prefix}max_new_tokens' ({sp.max_new_tokens})", prefix + "min_new_tokens")
+    return sp
+
+
+def response_format(value: Any, sp: SamplingParams) -> None:
+    """OpenAI's ``response_format`` as SGLang's constraints: a JSON schema, any
+    JSON object, or plain text (no constraint)."""
+    kind = value.get("type")
+    if kind == "text":
+        return
+    if kind == "json_object":
+        sp.json_schema = '{"type": "object"}'
+    elif kind == "json_schema":
+        schema = (value.get("json_schema") or {}).get("schema")
+        if not isinstance(schema, dict):
+            raise bad("'response_format.json_schema.schema' must be an object", "response_format")
+        sp.json_schema = json.dumps(schema)
+    else:
+        raise bad("'response_format.type' must be 'text', 'json_object' or 'json_schema'", "response_format")
+
+
+def parse_sampling_params(d: Any, strict: bool = False, prefix: str = "sampling_params.") -> SamplingParams:
+    if d is None:
+        return SamplingParams()
+    if not isinstance(d, dict):
+        raise bad(f"'{prefix.rstrip('.')}' must be an object, not {_json_type(d)}", prefix.rstrip("."))
+    return sampling_params(fields.read(d, fields.SP, strict, prefix), prefix)
+
+
+def parse_generate(body: Any, strict: bool = False) -> GenerateReqInput:
+    """A ``/generate`` body (SGLang's native shape) as a GenerateReqInput."""
+    body = require_object(body)
+    got = fields.read(body, fields.GEN, strict)
+    has_text, has_ids = "text" in got, "input_ids" in got
+    if has_text == has_ids:
+        raise bad("give exactly one of 'text' and 'input_ids'", "text")
+    obj = GenerateReqInput(stream=got.get("stream", False), model=got.get("model"), lora_path=got.get("lora_path"))
+    if has_text:
+        text = got["text"]
+        if isinstance(text, list):
+            if not text or not all(isinstance(t, str) for t in text):
+                raise bad("'text' must be a string or a non-empty array of strings", "text")
+            obj.is_batch = True
+        elif not isinstance(text, str):
+            raise bad(f"'text' must be a string or an array of strings, not {_json_type(text)}", "text")
+        obj.text = text
+    else:
+        ids = got["input_ids"]
+        if isinstance(ids, list) and ids and isinstance(ids[0], list):
+            obj.input_ids = [token_list(x, "input_ids") for x in ids]
+            obj.is_batch = True
+        else:
+            obj.input_ids = token_list(ids, "input_ids")
+    n = obj.batch_size
+    sp = got.get("sampling_params")
+    if isinstance(sp, list):
+        if not obj.is_batch or len(sp) != n:
+            raise bad(f"'sampling_params' has {len(sp)} entries for {n} prompt(s)", "sampling_params")
+        obj.sampling_params = [parse_sampling_params(x, strict, f"sampling_params[{i}].") for i, x in enumerate(sp)]
+    else:
+        obj.sampling_params = parse_sampling_params(sp, strict)
+    obj.rid = parse_rid(got.get("rid"), obj.is_batch, n)
+    obj.logprobs = logprob_params(got)
+    return obj
+
+
+def logprob_params(got: Dict[str, Any]) -> Optional[LogprobParams]:
+    if not got.get("return_logprob"):
+        return None
+    return LogprobParams(start_len=got.get("logprob_start_len", -1), top_n=got.get("top_logprobs_num", 0),
+                         token_ids=got.get("token_ids_logprob"), with_text=got.get("return_text_in_logprobs", False))
+
+
+def parse_rid(rid: Any, is_batch: bool, n: int) -> Optional[Any]:
+    if rid is None:
+        return None
+    rids: List[Any] = rid if isinstance(rid, list) else [rid]
+    if not all(isinstance(r, str) and 0 < len(r) <= 256 for r in rids):
+        raise bad("'rid' must be a non-empty string (at most 256 characters) or an array of them", "rid")
+    if is_batch != isinstance(rid, list) or len(rids) != n or len(set(rids)) != n:
+        raise bad(f"'rid' must give {n} distinct id(s), one per prompt", "rid")
+    return rid

@@ -1,0 +1,92 @@
+"""What a route is: the marks on an app's methods, the request they are given,
+and the shapes they may return.
+
+Kept apart from :mod:`mtok.api.server` (which re-exports these names) so
+that the transport holds only the transport.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, Optional
+
+from .connections import ConnectionWatch
+from .validate import APIError, parse_json
+
+
+@dataclass
+class Response:
+    body: Any
+    status: int = 200
+    headers: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class EventStream:
+    """Server-sent events: each item is a JSON value or a raw string such as '[DONE]'.
+
+    ``handle`` is the request handle the events come from (see
+    :mod:`mtok.request_handle`).  Whoever writes the stream must call
+    :meth:`close` when it ends, however it ends (the SSE writer does, in a
+    ``finally``): that aborts what has not finished when the client left.
+    """
+
+    events: Iterator[Any]
+    headers: Dict[str, str] = field(default_factory=dict)
+    handle: Any = None
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+        close = getattr(self.events, "close", None)
+        if close is not None:
+            close()
+
+
+def route(method: str, *paths: str) -> Callable:
+    def mark(fn: Callable) -> Callable:
+        fn.__dict__.setdefault("routes", []).extend((method, p) for p in paths)
+        return fn
+
+    return mark
+
+
+def collect_routes(app: Any) -> Dict[str, Dict[str, Callable]]:
+    """path -> method -> bound handler, from the @route marks on the app's methods.
+    A path ending in ``{name}`` matches any last segment (see :func:`find_route`)."""
+    table: Dict[str, Dict[str, Callable]] = {}
+    for name in dir(type(app)):
+        for method, path in getattr(getattr(type(app), name), "routes", ()):
+            table.setdefault(path, {})[method] = getattr(app, name)
+    return table
+
+
+def find_route(routes: Dict[str, Dict[str, Callable]], path: str) -> Optional[Dict[str, Callable]]:
+    methods = routes.get(path)
+    if methods is None and path.count("/") > 1:
+        head, _, last = path.rpartition("/")
+        if last:
+            methods = next((m for p, m in routes.items() if p.startswith(head + "/{") and p.endswith("}")), None)
+    return methods
+
+
+# What needs no API key, as in SGLang: probes and scrapes.
+OPEN_PATHS = frozenset(("/health", "/health_generate", "/ready", "/ping", "/metrics"))
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: str
+    headers: Any
+    raw: bytes
+    watch: "ConnectionWatch"
+    _json: Any = None
+
+    def json(self) -> Any:
+        if self._json is None:
+            if not self.raw.strip():
+                raise APIError("request body is empty; a JSON object is expected")
+            self._json = parse_json(self.raw)
+        return self._json

@@ -1,0 +1,113 @@
+"""The HTTP side of the pipeline, in whichever process holds it.
+
+:class:`HttpFrontend` puts a TokenizerManager behind an HTTP server.  In
+single-worker mode the main process holds one; in multi-worker mode each
+worker process runs :func:`run_tokenizer_worker_process`, the runner of its
+:class:`TokenizerWorker`: it starts it (inbox, sender, receiver thread),
+serves, drains, and closes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from typing import Callable, Optional
+
+from ..api.native import Api
+from ..wire.args import ServerArgs, read_args
+from ..api.server import HTTPServer
+from ..api.listen import make_listen_socket
+from ..wire.metrics import publish
+from ..procutil import ChildBoot, exit_now, on_signal
+from ..wire.status import ServerState, StatusBoard
+from .tokenizer_manager import TokenizerManager, TokenizerWorker
+
+logger = logging.getLogger(__name__)
+
+
+class HttpFrontend:
+    def __init__(self, tm: TokenizerManager, board: StatusBoard, slot: int, sock: socket.socket, args: ServerArgs):
+        self.tm = tm
+        self.sock = sock
+        self.api = Api(tm, board, slot)
+        self.httpd = HTTPServer(sock, self.api, args.api_key, args.max_request_bytes, args.http_timeout,
+                                args.max_connections, tm.metrics)
+        self.board, self.slot = board, slot
+        self.httpd.tick = self.tick
+        self.httpd.cors = frozenset(args.cors_allow_origins or ())
+        self._thread: Optional[threading.Thread] = None
+
+    def tick(self) -> None:
+        """Called by the serving loop at least every poll interval: proof of
+        life, this worker's counters for whoever answers /metrics, and a look at
+        the server's state, so that a core process's death fails the requests in
+        flight even if the supervisor's notice to this worker went astray."""
+        self.board.heartbeat(self.slot)
+        self.board.set_served(self.slot, self.httpd.served)
+        publish(self.board.extra(self.slot), self.httpd.metrics.snapshot())
+        if self.tm.failure is None and self.board.state == ServerState.FAILED:
+            self.tm.fail_all(self.board.failure_message())
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.25}, name="http", daemon=True
+        )
+        self._thread.start()
+
+    def stop_accepting(self) -> None:
+        self.httpd.draining = True
+        if self._thread is not None:
+            self.httpd.shutdown()
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    @property
+    def busy(self) -> bool:
+        return self.httpd.in_flight > 0 or self.tm.num_in_flight > 0
+
+    def drain(self, timeout: float, interrupted: Callable[[], bool] = lambda: False) -> bool:
+        """Wait for requests in flight to finish; False if the time ran out or
+        ``interrupted`` said to stop waiting."""
+        deadline = time.monotonic() + timeout
+        while self.busy:
+            if time.monotonic() >= deadline:
+                logger.warning("graceful timeout: %d request(s) still in flight", self.tm.num_in_flight)
+                return False
+            if interrupted():
+                return False
+            time.sleep(0.02)  # a poll of two counters, not synchronisation
+        return True
+
+
+def run_tokenizer_worker_process(
+    shm_name: str,
+    status_name: str,
+    authkey: bytes,
+    parent_pid: int,
+    slot: int,
+    worker_address: str,
+    shared_sock: Optional[socket.socket],
+    ready_conn,
+) -> None:
+    server_args, port_args = read_args(shm_name)
+    with ChildBoot(f"worker-{slot - 1}", parent_pid, ready_conn, server_args.log_level):
+        board = StatusBoard.attach(status_name)
+        tm = TokenizerWorker(server_args, port_args, authkey, worker_address).start()
+        sock = shared_sock or make_listen_socket(server_args.host, server_args.port, reuseport=True)
+        front = HttpFrontend(tm, board, slot, sock, server_args)
+    stop = threading.Event()
+    on_signal(signal.SIGTERM, stop.set)
+    on_signal(signal.SIGQUIT, lambda: exit_now(0))
+    board.heartbeat(slot)
+    front.start()
+    while not stop.wait(1.0):
+        pass
+    front.stop_accepting()
+    front.drain(server_args.graceful_timeout)
+    tm.close()
+    exit_now(0)

@@ -1,0 +1,417 @@
+"""Server arguments, IPC names, and their hand-off to child processes.
+
+The main process writes :class:`ServerArgs` and :class:`PortArgs` as JSON into a
+shared-memory segment named ``mtok_args_<pid>`` before any child starts; each
+child reads it back by name.  JSON rather than pickle: the segment is a file
+under /dev/shm, and nothing read from a file should be able to run code.
+
+Where shared memory is unavailable (no /dev/shm, or ``MTOK_SHM_DIR`` names a
+directory that does not exist) the same JSON travels to each child over the
+process-start pipe instead (:func:`args_ref`), and segments whose name is a
+path are files mapped with mmap (``mtok.wire.filemem``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import re
+import struct
+import sys
+from dataclasses import dataclass, field
+from multiprocessing import shared_memory
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+
+from ..chat import BACKENDS as CHAT_TEMPLATE_BACKENDS
+from ..procutil import pid_alive
+from .filemem import FileSegment, is_file_segment
+from .ipc import ipc_name
+
+if TYPE_CHECKING:
+    from ..managers.models import ModelSpec
+
+logger = logging.getLogger(__name__)
+
+SHM_PREFIX = "mtok_"
+SHM_DIR_ENV = "MTOK_SHM_DIR"  # where POSIX shared memory lives; a missing directory turns it off
+
+
+@dataclass
+class ServerArgs:
+    host: str = "127.0.0.1"
+    port: int = 30000
+    tokenizer_path: Optional[str] = None
+    served_model_name: Optional[str] = None
+    models: List[str] = field(default_factory=list)
+    tokenizer_backend: str = "auto"
+    tokenizer_worker_num: int = 1
+    engine: str = "echo"
+    engine_step_delay: float = 0.0
+    context_length: Optional[int] = None
+    max_running_requests: int = 256
+    max_queued_requests: int = 4096
+    max_request_bytes: int = 16 << 20
+    max_connections: int = 1024
+    api_key: Optional[str] = None
+    worker_timeout: float = 30.0
+    graceful_timeout: float = 30.0
+    http_timeout: float = 60.0
+    request_timeout: float = 600.0
+    max_prompts_per_request: int = 4096
+    max_stop_strings: int = 256
+    max_stop_chars: int = 16384
+    listen_mode: str = "auto"
+    chat_template: List[str] = field(default_factory=list)
+    chat_template_backend: str = "auto"
+    log_level: str = "info"
+    strict_fields: bool = False
+    incremental_streaming_output: bool = False
+    skip_tokenizer_init: bool = False
+    cors_allow_origins: List[str] = field(default_factory=list)
+    tool_call_parser: List[str] = field(default_factory=list)
+    reasoning_parser: List[str] = field(default_factory=list)
+
+    @property
+    def model_name(self) -> str:
+        if self.served_model_name:
+            return self.served_model_name
+        if self.tokenizer_path:
+            path = self.tokenizer_path.rstrip("/")
+            base = os.path.basename(path)
+            if base == "tokenizer.json":
+                base = os.path.basename(os.path.dirname(os.path.abspath(path)))
+            elif base.endswith(".json"):
+                base = base[: -len(".json")]
+            return base or "default"
+        return "mtok-default"
+
+    def model_specs(self) -> "List[ModelSpec]":
+        from ..managers.models import ModelSpec
+
+        if not self.models:
+            return [ModelSpec(self.model_name, self.tokenizer_path, self.engine)]
+        return [ModelSpec.parse(m, self.engine) for m in self.models]
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
+        d = cls()
+        a = parser.add_argument
+        a("--host", default=d.host, help="address to bind (default: %(default)s)")
+        a("--port", type=int, default=d.port, help="TCP port; 0 picks a free one (default: %(default)s)")
+        a("--tokenizer-path", "--model-path", dest="tokenizer_path", default=None,
+          help="tokenizer.json, or a directory holding one (default: mtok's built-in tokenizer)")
+        a("--served-model-name", default=None, help="model name reported in responses")
+        a("--model", dest="models", action="append", default=[], metavar="NAME=PATH[:ENGINE]",
+          help="serve this tokenizer (and engine) as model NAME; repeat for several models; "
+               "the first is the default")
+        a("--tokenizer-backend", choices=("auto", "hf", "python"), default=d.tokenizer_backend,
+          help="'hf' = the tokenizers library, 'python' = mtok's own runtime (default: %(default)s)")
+        a("--tokenizer-worker-num", type=int, default=d.tokenizer_worker_num,
+          help="HTTP/tokenizer worker processes (default: %(default)s)")
+        a("--engine", default=d.engine, help="'echo' or module:attr of an engine class (default: %(default)s)")
+        a("--engine-step-delay", type=float, default=d.engine_step_delay,
+          help="seconds each engine step takes, to emulate a model (default: %(default)s)")
+        a("--context-length", type=int, default=None,
+          help="max prompt + generated tokens (default: the tokenizer's model_max_length, else 65536)")
+        a("--max-running-requests", type=int, default=d.max_running_requests,
+          help="requests decoded at once (default: %(default)s)")
+        a("--max-queued-requests", type=int, default=d.max_queued_requests,
+          help="requests waiting beyond those; more get 503 (default: %(default)s)")
+        a("--max-request-bytes", type=int, default=d.max_request_bytes,
+          help="largest HTTP body accepted (default: %(default)s)")
+        a("--max-connections", type=int, default=d.max_connections,
+          help="open client connections per worker; more get 503 (default: %(default)s)")
+        a("--api-key", default=None, help="require 'Authorization: Bearer KEY' on all endpoints but /health "
+          "(visible to ps: prefer --api-key-file or MTOK_API_KEY)")
+        a("--api-key-file", default=None, metavar="PATH", help="read the API key from this file's first line")
+        a("--worker-timeout", type=float, default=d.worker_timeout,
+          help="seconds without a heartbeat before a worker is replaced (default: %(default)s)")
+        a("--graceful-timeout", type=float, default=d.graceful_timeout,
+          help="seconds SIGTERM waits for requests in flight (default: %(default)s)")
+        a("--http-timeout", type=float, default=d.http_timeout,
+          help="seconds a client may take to send a request, or to take a piece of its response "
+               "(default: %(default)s)")
+        a("--request-timeout", type=float, default=d.request_timeout,
+          help="seconds a request may run before it fails with 504 (default: %(default)s)")
+        a("--max-prompts-per-request", type=int, default=d.max_prompts_per_request,
+          help="prompts in one batch request (default: %(default)s)")
+        a("--max-stop-strings", type=int, default=d.max_stop_strings,
+          help="stop strings in one request (default: %(default)s)")
+        a("--max-stop-chars", type=int, default=d.max_stop_chars,
+          help="characters in all of a request's stop strings together (default: %(default)s)")
+        a("--listen-mode", choices=("auto", "reuseport", "shared"), default=d.listen_mode,
+          help="how workers share the port: one inherited socket ('shared', what auto picks) or "
+               "one SO_REUSEPORT socket each (default: %(default)s)")
+        a("--chat-template", dest="chat_template", action="append", default=[], metavar="[NAME=]FILE",
+          help="the chat template: a .jinja file, or a .json file holding it; NAME= for one model of "
+               "several (default: the model's chat_template.jinja, else its tokenizer_config.json)")
+        a("--chat-template-backend", choices=CHAT_TEMPLATE_BACKENDS, default=d.chat_template_backend,
+          help="'jinja2', or 'python' = mtok's own engine; auto = jinja2 when installed (default: %(default)s)")
+        a("--log-level", default=d.log_level, help="debug, info, warning, error (default: %(default)s)")
+        a("--strict-fields", action="store_true",
+          help="refuse request fields mtok does not know (default: ignore them, logging each name once)")
+        a("--incremental-streaming-output", action="store_true",
+          help="native streams send only what is new in each event: text, output_ids, output logprobs "
+               "(default: cumulative, as SGLang)")
+        a("--skip-tokenizer-init", action="store_true",
+          help="token ids in (input_ids; text prompts and stop strings are 400s), token ids out (no text), "
+               "as SGLang's flag: lets one mtok front another (default: off)")
+        a("--cors-allow-origins", nargs="*", default=[], metavar="ORIGIN",
+          help="origins browsers may call from ('*' for any; default: none)")
+        a("--tool-call-parser", action="append", default=[], metavar="[MODEL=]NAME",
+          help="SGLang's tool-call parser name (hermes, qwen25, llama3, mistral, ...); "
+               "MODEL= sets it for one --model only; repeatable")
+        a("--reasoning-parser", action="append", default=[], metavar="[MODEL=]NAME",
+          help="SGLang's reasoning parser name (deepseek-r1, qwen3, glm45, kimi, ...); "
+               "MODEL= sets it for one --model only; repeatable")
+
+    @classmethod
+    def from_cli_args(cls, ns: argparse.Namespace) -> "ServerArgs":
+        names = {f.name for f in dataclasses.fields(cls)}
+        args = cls(**{k: v for k, v in vars(ns).items() if k in names})
+        args.api_key = resolve_api_key(args.api_key, getattr(ns, "api_key_file", None))
+        return args
+
+    def check(self) -> None:
+        """Refuse settings that cannot work, with a message a user can act on."""
+        problems = []
+        if self.tokenizer_worker_num < 1:
+            problems.append("--tokenizer-worker-num must be at least 1")
+        if not 0 <= self.port <= 65535:
+            problems.append("--port must be in 0..65535")
+        for name in ("max_running_requests", "max_queued_requests", "max_request_bytes", "max_connections",
+                     "max_prompts_per_request", "max_stop_strings", "max_stop_chars"):
+            if getattr(self, name) < 1:
+                problems.append(f"--{name.replace('_', '-')} must be positive")
+        for name in ("worker_timeout", "graceful_timeout", "http_timeout", "request_timeout"):
+            if getattr(self, name) <= 0:
+                problems.append(f"--{name.replace('_', '-')} must be positive")
+        if self.engine_step_delay < 0:
+            problems.append("--engine-step-delay must not be negative")
+        if self.context_length is not None and self.context_length < 2:
+            problems.append("--context-length must be at least 2")
+        if self.models:
+            if self.tokenizer_path or self.served_model_name:
+                problems.append("--model replaces --tokenizer-path and --served-model-name; give one or the other")
+            try:
+                names = [s.name for s in self.model_specs()]
+            except ValueError as e:
+                problems.append(str(e))
+            else:
+                if len(set(names)) != len(names):
+                    problems.append("--model names must be distinct")
+        problems.extend(self._parser_problems())
+        if not problems:
+            problems.extend(self._check_chat_templates())
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def parsers(self) -> "Dict[str, Dict[str, str]]":
+        """{"tool": {model: parser}, "reasoning": {model: parser}} from the two flags."""
+        from ..parsers import REASONING_FORMATS, TOOL_PARSERS, per_model
+
+        names = [s.name for s in self.model_specs()]
+        return {"tool": per_model(self.tool_call_parser, names, TOOL_PARSERS, "--tool-call-parser"),
+                "reasoning": per_model(self.reasoning_parser, names, REASONING_FORMATS, "--reasoning-parser")}
+
+    def _parser_problems(self) -> List[str]:
+        try:
+            self.parsers()
+        except ValueError as e:
+            return [str(e)]
+        return []
+
+    def _check_chat_templates(self) -> List[str]:
+        """Template files that do not exist, and a backend that is not there, are refused before boot."""
+        from ..chat import TemplateError, resolve_backend
+        from ..api.chat_templates import ChatTemplateFileError, template_flags
+
+        problems = []
+        try:
+            resolve_backend(self.chat_template_backend)
+        except TemplateError as e:
+            problems.append(f"--chat-template-backend: {e}")
+        try:
+            files = template_flags(self.chat_template, [s.name for s in self.model_specs()])
+        except (ChatTemplateFileError, ValueError) as e:
+            return problems + [str(e)]
+        for f in sorted(set(files.values())):
+            if not os.path.isfile(f):
+                name = f.partition("=")[0] if "=" in f else None
+                problems.append(f"--chat-template {f}: no such file"
+                                + (f" (and no model is named {name!r})" if name else ""))
+        return problems
+
+
+API_KEY_ENV = "MTOK_API_KEY"
+
+
+def resolve_api_key(flag: Optional[str], path: Optional[str]) -> Optional[str]:
+    """--api-key, else --api-key-file's first line, else $MTOK_API_KEY, else none.
+    The flag is visible to every local user (``ps``); the other two are not."""
+    if flag is not None and path is not None:
+        raise ValueError("give --api-key or --api-key-file, not both")
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                key = f.readline().strip()
+        except OSError as e:
+            raise ValueError(f"--api-key-file {path}: {e.strerror or e}") from None
+        if not key:
+            raise ValueError(f"--api-key-file {path} is empty")
+        return key
+    return flag if flag is not None else (os.environ.get(API_KEY_ENV) or None)
+
+
+@dataclass
+class PortArgs:
+    """The address of each fixed endpoint, named by the role of its reader.
+
+    A worker's own address (``worker_address``) is made per process by the
+    arbiter; messages carry it so that replies find their way back.
+    """
+
+    sock_dir: str
+    scheduler_inbox: str = ""  # requests for the Scheduler (from the TokenizerManager or the router)
+    detokenizer_inbox: str = ""  # the Scheduler's token-id batches
+    reply_inbox: str = ""  # the detokenizer's replies: the TokenizerManager's with one worker, the router's with several
+    router_inbox: str = ""  # what the N workers send on to the Scheduler
+    status_name: str = ""  # the status board: a shared-memory name, or a file path
+
+    @classmethod
+    def in_dir(cls, sock_dir: str, status_name: str = "") -> "PortArgs":
+        return cls(
+            sock_dir=sock_dir,
+            scheduler_inbox=ipc_name(sock_dir, "scheduler"),
+            detokenizer_inbox=ipc_name(sock_dir, "detokenizer"),
+            reply_inbox=ipc_name(sock_dir, "replies"),
+            router_inbox=ipc_name(sock_dir, "router"),
+            status_name=status_name or os.path.join(sock_dir, "status"),
+        )
+
+
+# --- shared-memory hand-off -----------------------------------------------------------
+_LEN = struct.Struct("<Q")
+
+
+def args_shm_name(pid: Optional[int] = None) -> str:
+    return f"{SHM_PREFIX}args_{pid or os.getpid()}"
+
+
+@contextlib.contextmanager
+def _untracked() -> Iterator[None]:
+    """Keep multiprocessing's resource tracker out of our segments (Python < 3.13).
+
+    The tracker would unlink a segment when the first process that attached it
+    exits, and complain about the ones it did not see created.  mtok unlinks
+    its own segments, and removes those of a killed server at the next start.
+    """
+    if sys.version_info >= (3, 13):
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    saved = resource_tracker.register, resource_tracker.unregister
+    resource_tracker.register = resource_tracker.unregister = lambda *a, **k: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        resource_tracker.register, resource_tracker.unregister = saved  # type: ignore[assignment]
+
+
+def shared_memory_usable() -> bool:
+    """Whether POSIX shared memory works here: ``MTOK_SHM_DIR`` (default
+    /dev/shm) must be a directory, and a small probe segment must open."""
+    shm_dir = os.environ.get(SHM_DIR_ENV)
+    if shm_dir is not None and not os.path.isdir(shm_dir):
+        return False
+    try:
+        unlink_shm(create_shm(f"{SHM_PREFIX}probe_{os.getpid()}", 8))
+    except OSError:
+        return False
+    return True
+
+
+def _open(name: str, create: bool = False, size: int = 0) -> Any:
+    if is_file_segment(name):
+        return FileSegment(name, create, size)
+    kwargs = {"track": False} if sys.version_info >= (3, 13) else {}
+    with _untracked():
+        return shared_memory.SharedMemory(name=name, create=create, size=size, **kwargs)
+
+
+def attach_shm(name: str) -> shared_memory.SharedMemory:
+    return _open(name)
+
+
+def create_shm(name: str, size: int) -> shared_memory.SharedMemory:
+    """A new 0600 segment (the stdlib's mode); an old one of that name is replaced."""
+    try:
+        unlink_shm(attach_shm(name))
+    except FileNotFoundError:
+        pass
+    return _open(name, create=True, size=size)
+
+
+def args_json(server_args: ServerArgs, port_args: PortArgs) -> str:
+    return json.dumps({"server": dataclasses.asdict(server_args), "port": dataclasses.asdict(port_args)})
+
+
+def write_args(name: str, server_args: ServerArgs, port_args: PortArgs) -> shared_memory.SharedMemory:
+    payload = args_json(server_args, port_args).encode()
+    shm = create_shm(name, _LEN.size + len(payload))
+    _LEN.pack_into(shm.buf, 0, len(payload))
+    shm.buf[_LEN.size : _LEN.size + len(payload)] = payload
+    return shm
+
+
+def read_args(ref: str) -> "tuple[ServerArgs, PortArgs]":
+    """The arguments from a segment's name, or inline JSON (the no-shm fallback)."""
+    if ref.startswith("{"):
+        data: Dict[str, Any] = json.loads(ref)
+    else:
+        shm = attach_shm(ref)
+        try:
+            (n,) = _LEN.unpack_from(shm.buf, 0)
+            data = json.loads(bytes(shm.buf[_LEN.size : _LEN.size + n]))
+        finally:
+            shm.close()
+    return ServerArgs(**data["server"]), PortArgs(**data["port"])
+
+
+def unlink_shm(shm: Optional[shared_memory.SharedMemory]) -> None:
+    if shm is None:
+        return
+    try:
+        shm.close()
+    except BufferError:  # a memoryview still refers to it; the unlink below is what matters
+        pass
+    try:
+        with _untracked():
+            shm.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def remove_stale_segments(shm_dir: Optional[str] = None) -> List[str]:
+    """Unlink ``mtok_*_<pid>`` segments whose server is dead (killed without cleanup)."""
+    shm_dir = shm_dir or os.environ.get(SHM_DIR_ENV, "/dev/shm")
+    removed = []
+    pattern = re.compile(rf"^{SHM_PREFIX}[a-z]+_(\d+)$")
+    try:
+        entries = os.listdir(shm_dir)
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.match(entry)
+        if m and not pid_alive(int(m.group(1))):
+            try:
+                os.unlink(os.path.join(shm_dir, entry))
+                removed.append(entry)
+            except OSError:
+                pass
+    return removed
