@@ -309,7 +309,10 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     # -- writing ---------------------------------------------------------------------
     def write(self, result: Any) -> None:
         if isinstance(result, EventStream):
-            self.send_events(result)
+            try:
+                self.send_events(result)
+            finally:  # the writer owns a stream's handle: what a client left mid-stream is aborted
+                result.close()
         elif isinstance(result, Response) and isinstance(result.body, str):
             self.send_text(result.body, result.status, result.headers)
         elif isinstance(result, Response):
@@ -345,15 +348,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
                 f"Date: {http_date()}\r\n{fields}X-Mtok-Worker: {_PID[0]}\r\n{extra}\r\n").encode("latin-1")
 
     def send_events(self, stream: EventStream) -> None:
-        """Write the stream as server-sent events, then close it: this writer
-        owns the stream's request handle, so a client that leaves mid-stream
-        (a write fails) or a route that raises has its requests aborted here."""
-        try:
-            self._write_events(stream)
-        finally:
-            stream.close()
-
-    def _write_events(self, stream: EventStream) -> None:
+        """The stream as server-sent events; :meth:`write`, its owner, closes it."""
         chunked = self.request_version != "HTTP/1.0"
         if not chunked:
             self.close_connection = True
