@@ -26,7 +26,7 @@ class EventStream:
     """Server-sent events: each item is a JSON value or a raw string such as '[DONE]'.
 
     ``handle`` is the request handle the events come from (see
-    :mod:`mtok.request_handle`).  Whoever writes the stream must call
+    :mod:`mtok.managers.request_handle`).  Whoever writes the stream must call
     :meth:`close` when it ends, however it ends (the SSE writer does, in a
     ``finally``): that aborts what has not finished when the client left.
     """

@@ -1,6 +1,6 @@
 """One call's requests in flight, from the send to the last piece of text.
 
-:meth:`TokenizerManager.submit <mtok.tokenizer_manager.TokenizerManager.submit>`
+:meth:`TokenizerManager.submit <mtok.managers.tokenizer_manager.TokenizerManager.submit>`
 sends a call's requests to the scheduler and returns a :class:`RequestHandle`
 over them, which the caller must close; the way to hold one is::
 

@@ -2,8 +2,8 @@
 
 :class:`TokenizerManager` is a plain object, messages in and messages out:
 handler threads call :meth:`~TokenizerManager.submit`, which tokenizes, sends
-to the scheduler and returns a :class:`~mtok.request_handle.RequestHandle`
-that yields each request's :class:`~mtok.request_handle.ReqState` as the
+to the scheduler and returns a :class:`~mtok.managers.request_handle.RequestHandle`
+that yields each request's :class:`~mtok.managers.request_handle.ReqState` as the
 detokenizer's pieces arrive; :meth:`~TokenizerManager.handle_message` takes
 those pieces in.  Its constructor loads tokenizers and opens nothing, so a
 test can drive one with no socket directory (give it an ``outbox``).
@@ -12,7 +12,7 @@ test can drive one with no socket directory (give it an ``outbox``).
 runner's pair (gunicorn's ``Worker.__init__`` / ``init_process`` split): they
 open and close the inbox, the sender and the receiver thread.  The process
 that serves HTTP calls them: the main process with one worker (``serve``,
-``offline``), :func:`mtok.worker.run_tokenizer_worker_process` with several.
+``offline``), :func:`mtok.managers.worker.run_tokenizer_worker_process` with several.
 
 :class:`TokenizerWorker` is the multi-worker variant.  It overrides only where
 requests go and where results come back: its own IPC name, and a
@@ -155,7 +155,7 @@ class TokenizerManager:
 
     # -- requests ------------------------------------------------------------------
     def tokenize_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> List[TokenizedGenerateReqInput]:
-        """The scheduler's messages for ``obj`` (see :mod:`mtok.prepare`); gives it rids if it has none."""
+        """The scheduler's messages for ``obj`` (see :mod:`mtok.managers.prepare`); gives it rids if it has none."""
         model = self.model(obj.model)
         prompts = generate_prompts(obj, model, self.server_args, watch)
         self.assign_rids(obj)
