@@ -194,9 +194,11 @@ class TokenizerManager:
         closes the handle (aborting what went out) before the error is raised."""
         mailbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         states = []
+        taken = set()
         for i, r in enumerate(reqs):
-            if r.rid in self.rid_to_state or any(st.rid == r.rid for st in states):
+            if r.rid in self.rid_to_state or r.rid in taken:
                 raise bad(f"request id {r.rid!r} is already in use", "rid")
+            taken.add(r.rid)
             st = ReqState(r.rid, i, mailbox, stream, len(r.input_ids), arrived)
             if getattr(r, "logprobs", None) is not None:
                 st.logprobs = {}
