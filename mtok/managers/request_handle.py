@@ -118,40 +118,31 @@ class RequestHandle:
         if self.first is not None:
             st, self.first = self.first, None
             return st
-        while len(self.done) < len(self.states) and not self.closed:
-            st = self._take()
-            if st is not None and self._is_news(st):
+        done, seen, total = self.done, self.seen, len(self.states)  # locals: this runs once per update
+        while len(done) < total and not self.closed:
+            st = self._wait()
+            if st is None:  # the wait ended empty: the deadline, or time to watch the connection
+                if time.monotonic() >= self.deadline:
+                    self._expire()
+                continue
+            if st is _DISCONNECTED:
+                raise ClientDisconnected()
+            st.queued = False
+            rid = st.rid
+            if rid in done:
+                continue
+            if st.finished_reason is not None:
+                done.add(rid)
+                return st
+            mark = (len(st.text), len(st.output_ids))
+            if seen.get(rid) != mark:  # else notified again before it changed (a benign race)
+                seen[rid] = mark
                 return st
         raise StopIteration
 
     @property
     def finished(self) -> bool:
         return len(self.done) == len(self.states)
-
-    def _take(self) -> Optional[ReqState]:
-        """The next state out of the mailbox; None when the wait ended without one."""
-        st = self._wait()
-        if st is None:
-            if time.monotonic() >= self.deadline:
-                self._expire()
-            return None
-        if st is _DISCONNECTED:
-            raise ClientDisconnected()
-        st.queued = False
-        return st
-
-    def _is_news(self, st: ReqState) -> bool:
-        """Whether the state is worth handing out: its finish, or new text or ids."""
-        if st.rid in self.done:
-            return False
-        if st.finished:
-            self.done.add(st.rid)
-            return True
-        mark = (len(st.text), len(st.output_ids))
-        if self.seen.get(st.rid) == mark:
-            return False  # notified again before it changed (a benign race)
-        self.seen[st.rid] = mark
-        return True
 
     def _wait(self) -> Any:
         """Most requests are answered within milliseconds; only those still
