@@ -68,7 +68,7 @@ class _Pipeline(Arbiter):
             self._wait_for_boot(self.core)
             self.board.claim(FIRST_WORKER_SLOT, self.pid)
             try:
-                tm = TokenizerManager(self.args, self.port_args, self.authkey)
+                tm = TokenizerManager(self.args, self.port_args, self.authkey).start()
             except Exception as e:
                 raise BootError(f"the tokenizer manager failed to start: {type(e).__name__}: {e}") from None
         except BaseException:
@@ -182,7 +182,7 @@ class Engine:
                     event["index"] += offset
                 yield event
         finally:
-            events.events.close()  # type: ignore[attr-defined]  # aborts what has not finished
+            events.close()  # the stream's owner closes its handle: aborts what has not finished
 
     def encode(self, prompt: Any, rid: Any = None, **kwargs: Any) -> Any:
         """Embeddings of a text, token ids, or a batch of either: ``{"embedding", "meta_info"}`` each."""
@@ -272,6 +272,7 @@ class Engine:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
         self._pipeline.close()
+        self.tokenizer_manager.close()
 
     def __enter__(self) -> "Engine":
         return self

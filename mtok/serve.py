@@ -201,7 +201,7 @@ class Arbiter:
 
         self.board.claim(FIRST_WORKER_SLOT, self.pid)
         try:
-            tm = TokenizerManager(self.args, self.port_args, self.authkey)
+            tm = TokenizerManager(self.args, self.port_args, self.authkey).start()
         except Exception as e:
             raise BootError(f"the tokenizer manager failed to start: {type(e).__name__}: {e}") from None
         self.frontend = HttpFrontend(tm, self.board, FIRST_WORKER_SLOT, self.listen_sock, self.args)

@@ -366,7 +366,9 @@ def test_a_batch_stops_tokenizing_once_its_client_has_gone():
     (ConnectionWatch.gone, over a real socket pair) and gives up."""
     from mtok.api.connections import ConnectionWatch, DisconnectWatcher
     from mtok.tokenizer import load_tokenizer
-    from mtok.managers.tokenizer_manager import ENCODE_SLICE, ClientDisconnected, ModelEntry, TokenizerManager
+    from mtok.managers.models import ModelEntry
+    from mtok.managers.prepare import ENCODE_SLICE, encode_batch
+    from mtok.managers.request_handle import ClientDisconnected
 
     tok = load_tokenizer()
     calls = []
@@ -378,7 +380,7 @@ def test_a_batch_stops_tokenizing_once_its_client_has_gone():
     watch = ConnectionWatch(DisconnectWatcher(), server_end)
     texts = ["x y"] * (ENCODE_SLICE * 4)
     try:
-        assert len(TokenizerManager.encode_batch(model, texts, watch)) == len(texts)  # the client is there
+        assert len(encode_batch(model, texts, watch)) == len(texts)  # the client is there
         assert calls == [ENCODE_SLICE] * 4
         client_end.sendall(b"GET / HTTP/1.1\r\n")  # bytes it sent do not count as gone
         assert not watch.gone()
@@ -386,7 +388,7 @@ def test_a_batch_stops_tokenizing_once_its_client_has_gone():
         client_end.close()
         calls.clear()
         with pytest.raises(ClientDisconnected):
-            TokenizerManager.encode_batch(model, texts, watch)
+            encode_batch(model, texts, watch)
         assert calls == [ENCODE_SLICE]
     finally:
         server_end.close()

@@ -163,11 +163,24 @@ def test_shutdown_leaves_nothing_behind():
     assert eng.generate("x", {"max_new_tokens": 1})["text"] == "x"
     eng.shutdown()
     eng.shutdown()  # idempotent
+    assert eng.tokenizer_manager.recv_from_detokenizer is None  # its inbox closed too
     wait_for(lambda: not [p for p in pids if pid_alive(p)], timeout=5, what="the engine's processes to exit")
     assert not os.path.exists(sock_dir)
     assert not [p for p in leftovers(os.getpid()) if p.startswith("/dev/shm")]  # an engine uses none
     with pytest.raises(RuntimeError, match="shut down"):
         eng.generate("x")
+
+
+def test_closing_a_stream_early_aborts_its_request():
+    """The stream's iterator holds the request handle: closing it aborts the request in the scheduler."""
+    with mtok.Engine(engine_step_delay=0.01) as eng:
+        tm = eng.tokenizer_manager
+        events = eng.generate("long", {"max_new_tokens": 50000, "ignore_eos": True}, stream=True)
+        assert next(events)["meta_info"]["finish_reason"] is None
+        assert tm.num_in_flight == 1
+        events.close()
+        assert tm.num_in_flight == 0
+        wait_for(lambda: tm.rpc("get_state")["num_running"] == 0, timeout=5, what="the scheduler to drop it")
 
 
 def test_two_engines_in_one_process_are_independent():

@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from .chat_prompt import ChatInput, parse_chat_input, render_prompt
-from .server import EventStream, Request, route
+from .server import Request, route
 from . import fields
 from ..wire.io_struct import GenerateReqInput, LogprobParams
 from .logprobs import chat_content
@@ -27,7 +27,8 @@ from .parse import parse_rid
 from .validate import bad, check_unknown, get_bool, get_str, require_object
 
 if TYPE_CHECKING:
-    from ..managers.tokenizer_manager import ModelEntry, ReqState
+    from ..managers.models import ModelEntry
+    from ..managers.request_handle import ReqState
 
 # What the template sees, besides messages.
 TEMPLATE_FIELDS = ("messages", "tools", "documents", "chat_template_kwargs", "add_generation_prompt",
@@ -86,7 +87,7 @@ def prompt_ids(model: "ModelEntry", inp: ChatInput, add_special_tokens: bool = F
 
 
 class ChatRoutes:
-    """Mixed into :class:`mtok.api.native.Api`, which provides tm, args, collect, first_then_rest, usage."""
+    """Mixed into :class:`mtok.api.native.Api`, which provides tm, args, start_stream, usage."""
 
     @route("POST", "/v1/chat/completions")
     def chat_completions(self, req: Request) -> Any:
@@ -109,12 +110,13 @@ class ChatRoutes:
                                rid=parse_rid(got.get("rid"), False, 1))
         parsers = [make_output_parser(body, model, self.args) for _ in range(obj.num_outputs)]  # one per choice
         rid = self.tm.assign_rids(obj)  # the id holds the rid: /abort_request takes it
-        states = self.tm.generate_request(obj, req.watch)
         head = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model.name}
+        handle = self.tm.submit(obj, req.watch)
         if obj.stream:
             head["object"] = "chat.completion.chunk"
-            return EventStream(self._chat_chunks(self.first_then_rest(states), head, parsers, include_usage))
-        results = self.collect(states, obj.num_outputs)
+            return self.start_stream(handle, self._chat_chunks(handle, head, parsers, include_usage))
+        with handle:
+            results = handle.results()
         choices = []
         for st in results:
             finish, matched = openai_finish(st)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, Optional
 from urllib.parse import parse_qs
 
 from .. import __version__
@@ -24,7 +24,8 @@ from ..wire.metrics import render as render_metrics
 from .openai import OpenAIRoutes, embedding_inputs, refuse_embedding_adapter
 from .parser_routes import ParserRoutes
 from ..wire.status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
-from ..managers.tokenizer_manager import ReqState, TokenizerManager
+from ..managers.request_handle import ReqState, RequestHandle
+from ..managers.tokenizer_manager import TokenizerManager
 from .parse import parse_generate
 from .validate import APIError, bad, check_unknown, get_bool, get_str, require_object, token_list
 
@@ -44,35 +45,18 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
         self.metrics = tm.metrics
 
     # -- shared helpers --------------------------------------------------------------
-    def collect(self, states: Iterator[ReqState], n: int) -> List[ReqState]:
-        """Wait for every request of a non-streaming call; a refused one fails the call."""
-        results: List[Optional[ReqState]] = [None] * n
-        for st in states:
-            err = st.error()
-            if err is not None:
-                raise err
-            results[st.index] = st
-        return results  # type: ignore[return-value]
-
-    def first_then_rest(self, states: Iterator[ReqState]) -> Iterator[ReqState]:
-        """Start a stream only once the first update is in, so that a refusal
-        (503 at capacity, say) is still an HTTP status rather than an event."""
-        first = next(states, None)
-        if first is not None:
-            err = first.error()
-            if err is not None:
-                states.close()  # type: ignore[attr-defined]
-                raise err
-
-        def chain() -> Iterator[ReqState]:
-            try:
-                if first is not None:
-                    yield first
-                yield from states
-            finally:
-                states.close()  # type: ignore[attr-defined]
-
-        return chain()
+    @staticmethod
+    def start_stream(handle: RequestHandle, events: Iterator[Any]) -> EventStream:
+        """A stream of ``events`` (made from ``handle``), begun only once the
+        first update is in, so that a refusal (503 at capacity, say) is still an
+        HTTP status.  The SSE writer owns the handle from here on and closes it;
+        if it never gets there, the handle is closed here."""
+        try:
+            handle.wait_first()
+        except BaseException:
+            handle.close()
+            raise
+        return EventStream(events, handle=handle)
 
     def meta_info(self, st: ReqState) -> Dict[str, Any]:
         meta = {
@@ -95,13 +79,14 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
     @route("PUT", "/generate")
     def generate(self, req: Request) -> Any:
         obj = parse_generate(req.json(), self.args.strict_fields)
-        states = self.tm.generate_request(obj, req.watch)
         as_list = obj.is_batch or obj.num_outputs > 1  # SGLang answers n > 1 with a list too
-        if not obj.stream:
-            out = [self._generate_result(st) for st in self.collect(states, obj.num_outputs)]
-            return out if as_list else out[0]
-        events = self._generate_events(self.first_then_rest(states), as_list, self.args.incremental_streaming_output)
-        return EventStream(events)
+        handle = self.tm.submit(obj, req.watch)
+        if obj.stream:
+            events = self._generate_events(handle, as_list, self.args.incremental_streaming_output)
+            return self.start_stream(handle, events)
+        with handle:
+            out = [self._generate_result(st) for st in handle.results()]
+        return out if as_list else out[0]
 
     def _generate_result(self, st: ReqState) -> Dict[str, Any]:
         meta = self.meta_info(st)  # first: the receiver thread adds text and ids, then the finish
@@ -147,12 +132,10 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
             raise bad("give exactly one of 'text' and 'input_ids'", "text")
         key = "text" if has_text else "input_ids"
         inputs, is_batch = embedding_inputs(got[key], key)
-        states = self.tm.embed_request(inputs, got.get("model"), req.watch)
+        with self.tm.submit_embedding(inputs, got.get("model"), req.watch) as handle:
+            states = handle.results()
         out = []
         for st in states:
-            err = st.error()
-            if err is not None:
-                raise err
             dims = got.get("dimensions")
             if dims is not None and dims != len(st.embedding or ()):
                 raise bad(f"this model's embeddings have {len(st.embedding or ())} dimensions, not {dims}",
@@ -201,7 +184,8 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
     def health_generate(self, req: Request) -> Any:
         obj = GenerateReqInput(input_ids=[0], sampling_params=SamplingParams(max_new_tokens=1, ignore_eos=True))
         try:
-            self.collect(self.tm.generate_request(obj, req.watch), 1)
+            with self.tm.submit(obj, req.watch) as handle:
+                handle.results()
         except APIError as e:
             return Response({"status": "unhealthy", "message": e.message}, 503)
         return {"status": "ok"}

@@ -13,14 +13,14 @@ from urllib.parse import unquote
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from . import fields
-from .server import EventStream, Request, route
+from .server import Request, route
 from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
 from .logprobs import CompletionLogprobs, merge
 from .parse import parse_rid, response_format, sampling_params
 from .validate import _json_type, bad, get_bool, require_object, token_list
 
 if TYPE_CHECKING:
-    from ..managers.tokenizer_manager import ReqState
+    from ..managers.request_handle import ReqState
 
 def parse_prompt(prompt: Any, obj: GenerateReqInput) -> None:
     """OpenAI's four prompt shapes: a string, strings, a token list, token lists."""
@@ -120,7 +120,7 @@ def openai_finish(st: "ReqState") -> "tuple[Optional[str], Any]":
 
 
 class OpenAIRoutes:
-    """Mixed into :class:`mtok.api.native.Api`, which provides tm, created, collect, first_then_rest."""
+    """Mixed into :class:`mtok.api.native.Api`, which provides tm, created, start_stream."""
 
     @route("GET", "/v1/models")
     def list_models(self, req: Request) -> Any:
@@ -140,13 +140,13 @@ class OpenAIRoutes:
         obj, opts = parse_completion(req.json(), self.args.strict_fields)
         model = self.tm.model(obj.model)
         rid = self.tm.assign_rids(obj)  # the completion's id: /abort_request takes it
-        states = self.tm.generate_request(obj, req.watch)
         head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model.name}
         choices = CompletionChoices(obj, opts, model.tokenizer)
+        handle = self.tm.submit(obj, req.watch)
         if obj.stream:
-            return EventStream(self._completion_chunks(self.first_then_rest(states), head, choices,
-                                                       opts["include_usage"]))
-        results = self.collect(states, obj.num_outputs)
+            return self.start_stream(handle, self._completion_chunks(handle, head, choices, opts["include_usage"]))
+        with handle:
+            results = handle.results()
         return dict(head, choices=[choices.whole(st) for st in results], usage=self.usage(results))
 
     @route("POST", "/v1/embeddings")
@@ -159,13 +159,11 @@ class OpenAIRoutes:
         fmt = fields.value(got, fields.EMB, "encoding_format")
         inputs, _ = embedding_inputs(body["input"], "input")
         model = self.tm.model(got.get("model"))
-        states = self.tm.embed_request(inputs, model.name, req.watch)
         dims = got.get("dimensions")
+        with self.tm.submit_embedding(inputs, model.name, req.watch) as handle:
+            states = handle.results()
         data = []
         for st in states:
-            err = st.error()
-            if err is not None:
-                raise err
             vec = st.embedding or []
             if dims is not None and dims != len(vec):
                 raise bad(f"this model's embeddings have {len(vec)} dimensions, not {dims}", "dimensions")

@@ -23,10 +23,24 @@ class Response:
 
 @dataclass
 class EventStream:
-    """Server-sent events: each item is a JSON value or a raw string such as '[DONE]'."""
+    """Server-sent events: each item is a JSON value or a raw string such as '[DONE]'.
+
+    ``handle`` is the request handle the events come from (see
+    :mod:`mtok.managers.request_handle`).  Whoever writes the stream must call
+    :meth:`close` when it ends, however it ends (the SSE writer does, in a
+    ``finally``): that aborts what has not finished when the client left.
+    """
 
     events: Iterator[Any]
     headers: Dict[str, str] = field(default_factory=dict)
+    handle: Any = None
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+        close = getattr(self.events, "close", None)
+        if close is not None:
+            close()
 
 
 def route(method: str, *paths: str) -> Callable:

@@ -40,7 +40,7 @@ from .framing import (
 )
 from ..wire.metrics import Metrics
 from .routes import OPEN_PATHS, EventStream, Request, Response, collect_routes, find_route, route  # noqa: F401
-from ..managers.tokenizer_manager import ClientDisconnected
+from ..managers.request_handle import ClientDisconnected
 from .validate import APIError
 
 logger = logging.getLogger(__name__)
@@ -310,7 +310,10 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     # -- writing ---------------------------------------------------------------------
     def write(self, result: Any) -> None:
         if isinstance(result, EventStream):
-            self.send_events(result)
+            try:
+                self.send_events(result)
+            finally:  # the writer owns a stream's handle: what a client left mid-stream is aborted
+                result.close()
         elif isinstance(result, Response) and isinstance(result.body, str):
             self.send_text(result.body, result.status, result.headers)
         elif isinstance(result, Response):
@@ -347,6 +350,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
                 f"Date: {http_date()}\r\n{fields}X-Mtok-Worker: {_PID[0]}\r\n{extra}\r\n").encode("latin-1")
 
     def send_events(self, stream: EventStream) -> None:
+        """The stream as server-sent events; :meth:`write`, its owner, closes it."""
         chunked = self.request_version != "HTTP/1.0"
         if not chunked:
             self.close_connection = True
@@ -355,22 +359,17 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             fields += "Transfer-Encoding: chunked\r\n"
         write, flush = self.wfile.write, self.wfile.flush
         write(self._head(200, fields, stream.headers))
-        try:
-            for ev in stream.events:
-                data = ev if isinstance(ev, str) else _JSON.encode(ev)
-                payload = b"data: " + data.encode() + b"\n\n"
-                if chunked:
-                    write(b"%x\r\n%s\r\n" % (len(payload), payload))
-                else:
-                    write(payload)
-                flush()
+        for ev in stream.events:
+            data = ev if isinstance(ev, str) else _JSON.encode(ev)
+            payload = b"data: " + data.encode() + b"\n\n"
             if chunked:
-                write(b"0\r\n\r\n")
+                write(b"%x\r\n%s\r\n" % (len(payload), payload))
+            else:
+                write(payload)
             flush()
-        finally:
-            close = getattr(stream.events, "close", None)
-            if close is not None:
-                close()  # aborts the request if the client left mid-stream
+        if chunked:
+            write(b"0\r\n\r\n")
+        flush()
 
     def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
         """http.server's own errors (bad request line, header flood, ...) as JSON."""

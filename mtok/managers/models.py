@@ -10,9 +10,11 @@ tokenizer once.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from ..api.chat_templates import ModelChat
+from ..api.validate import bad, show
 from ..tokenizer import Tokenizer, load_tokenizer
 
 
@@ -48,3 +50,21 @@ def load_tokenizers(specs: List[ModelSpec], backend: str) -> Dict[str, Tokenizer
             by_path[spec.tokenizer_path] = load_tokenizer(spec.tokenizer_path, backend)
         out[spec.name] = by_path[spec.tokenizer_path]
     return out
+
+
+@dataclass
+class ModelEntry:
+    """One served model as the HTTP side knows it: tokenizer, context length, chat template(s)."""
+
+    name: str
+    tokenizer: Tokenizer
+    context_length: int
+    chat: ModelChat = field(default_factory=lambda: ModelChat(None))  # its chat template(s), if any
+
+    def check_ids(self, seqs: List[List[int]], param: str) -> None:
+        n = self.tokenizer.vocab_size
+        for ids in seqs:
+            for t in ids:
+                if not 0 <= t < n:
+                    raise bad(f"token id {show(t)} is out of range for a vocabulary of {n}", param)
+

@@ -1,9 +1,18 @@
 """The HTTP process's half of the pipeline: tokenize, send, wait for text.
 
-:class:`TokenizerManager` runs inside the HTTP server process.  Handler
-threads call :meth:`generate_request`, which tokenizes, sends to the
-scheduler and then yields each request's :class:`ReqState` as the
-detokenizer's pieces arrive on a receiver thread (``handle_loop``).
+:class:`TokenizerManager` is a plain object, messages in and messages out:
+handler threads call :meth:`~TokenizerManager.submit`, which tokenizes, sends
+to the scheduler and returns a :class:`~mtok.managers.request_handle.RequestHandle`
+that yields each request's :class:`~mtok.managers.request_handle.ReqState` as the
+detokenizer's pieces arrive; :meth:`~TokenizerManager.handle_message` takes
+those pieces in.  Its constructor loads tokenizers and opens nothing, so a
+test can drive one with no socket directory (give it an ``outbox``).
+
+:meth:`~TokenizerManager.start` and :meth:`~TokenizerManager.close` are the
+runner's pair (gunicorn's ``Worker.__init__`` / ``init_process`` split): they
+open and close the inbox, the sender and the receiver thread.  The process
+that serves HTTP calls them: the main process with one worker (``serve``,
+``offline``), :func:`mtok.managers.worker.run_tokenizer_worker_process` with several.
 
 :class:`TokenizerWorker` is the multi-worker variant.  It overrides only where
 requests go and where results come back: its own IPC name, and a
@@ -16,12 +25,11 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..wire.args import PortArgs, ServerArgs
-from ..api.chat_templates import ModelChat, load_chats
-from ..wire.finish import FinishAbort, FinishReason
+from ..api.chat_templates import load_chats
+from ..wire.finish import FinishAbort
 from ..wire.io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
@@ -30,103 +38,91 @@ from ..wire.io_struct import (
     RpcOutput,
     RpcReq,
     ServerFailure,
-    TokenizedEmbeddingReqInput,
     TokenizedGenerateReqInput,
 )
 from ..wire.ipc import Receiver, Sender, SenderWrapper
-from ..api.limits import check_batch_size, check_client_rids, check_stops, new_rid
+from ..api.limits import new_rid
 from ..wire.metrics import Metrics
-from .models import load_tokenizers
+from .models import ModelEntry, load_tokenizers
+from .prepare import embedding_reqs, generate_prompts, generate_reqs
+from .request_handle import ReqState, RequestHandle
 from ..tokenizer import Tokenizer
-from ..api.validate import APIError, bad, show
+from ..api.validate import APIError, bad
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT_LENGTH = 65536
-WATCH_AFTER = 0.05  # seconds a request waits before its connection is watched for hang-ups
-ENCODE_SLICE = 256  # prompts tokenized between two looks at the client's connection
-
-
-class ClientDisconnected(Exception):
-    """The HTTP client went away while its request was in flight."""
-
-
-_DISCONNECTED = object()
-
-
-class ReqState:
-    """What the HTTP side knows of one request; written by the receiver thread."""
-
-    __slots__ = (
-        "rid", "index", "mailbox", "stream", "text", "output_ids", "finished_reason",
-        "prompt_tokens", "completion_tokens", "created", "first_token_at", "embedding", "queued", "logprobs",
-    )
-
-    def __init__(self, rid: str, index: int, mailbox: "queue.SimpleQueue[Any]", stream: bool, prompt_tokens: int,
-                 created: Optional[float] = None):
-        self.rid = rid
-        self.index = index
-        self.mailbox = mailbox
-        self.stream = stream
-        self.text = ""
-        self.output_ids: List[int] = []
-        self.finished_reason: Optional[FinishReason] = None
-        self.prompt_tokens = prompt_tokens
-        self.completion_tokens = 0
-        self.created = time.monotonic() if created is None else created
-        self.first_token_at: Optional[float] = None
-        self.embedding: Optional[List[float]] = None
-        self.queued = False  # in its mailbox already: a reader that lags sees only the latest state
-        self.logprobs: Optional[Dict[str, list]] = None  # SGLang's meta_info keys, when asked for
-
-    def notify(self) -> None:
-        if not self.queued:
-            self.queued = True
-            self.mailbox.put(self)
-
-    @property
-    def finished(self) -> bool:
-        return self.finished_reason is not None
-
-    def error(self) -> Optional[APIError]:
-        """The HTTP error a finish stands for (refused, failed), if any."""
-        reason = self.finished_reason
-        status = reason.http_status() if reason is not None else None
-        if status is None:
-            return None
-        assert isinstance(reason, FinishAbort)
-        headers = {"Retry-After": "1"} if status == 503 else None
-        return APIError(reason.message, status, reason.param, headers)
+CLOSE_JOIN = 5.0  # seconds close() waits for the receiver thread
 
 
 class TokenizerManager:
-    def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes):
+    """Tokenize, send, and hand each request's pieces to whoever submitted it.
+
+    ``outbox`` is where requests for the scheduler go (anything with
+    ``send(obj)``); ``start()`` opens the real one when none was given.
+    """
+
+    def __init__(self, server_args: ServerArgs, port_args: PortArgs, authkey: bytes, outbox: Any = None):
         self.server_args = server_args
         self.port_args = port_args
         self.authkey = authkey
-        specs = server_args.model_specs()
-        tokenizers = load_tokenizers(specs, server_args.tokenizer_backend)
-        self.models: Dict[str, ModelEntry] = {
-            s.name: ModelEntry(s.name, tokenizers[s.name],
-                               server_args.context_length or tokenizers[s.name].max_model_len or DEFAULT_CONTEXT_LENGTH)
-            for s in specs
-        }
-        for name, chat in load_chats(server_args, tokenizers).items():
-            self.models[name].chat = chat
-        self.default_model = self.models[specs[0].name]
+        self.models = self._load_models(server_args)
+        self.default_model = next(iter(self.models.values()))
         self.rid_to_state: Dict[str, ReqState] = {}
         self.rpc_waiters: Dict[str, "queue.SimpleQueue[RpcOutput]"] = {}
         self.failure: Optional[str] = None
         self.metrics = Metrics()  # this process's counters; the HTTP server counts into them too
-        self.recv_from_detokenizer = Receiver(self.inbox, authkey)
-        self.send_to_scheduler = self.make_sender()
+        self.send_to_scheduler: Any = outbox
+        self.recv_from_detokenizer: Optional[Receiver] = None
+        self._receiver_thread: Optional[threading.Thread] = None
         self._dispatch = {
             BatchStrOutput: self.handle_batch_output,
             BatchEmbeddingOutput: self.handle_embedding_output,
             RpcOutput: self.handle_rpc_output,
             ServerFailure: lambda m: self.fail_all(m.message),
         }
-        threading.Thread(target=self.handle_loop, name="tm-recv", daemon=True).start()
+
+    @staticmethod
+    def _load_models(args: ServerArgs) -> Dict[str, ModelEntry]:
+        specs = args.model_specs()
+        tokenizers = load_tokenizers(specs, args.tokenizer_backend)
+        models = {
+            s.name: ModelEntry(s.name, tokenizers[s.name],
+                               args.context_length or tokenizers[s.name].max_model_len or DEFAULT_CONTEXT_LENGTH)
+            for s in specs
+        }
+        for name, chat in load_chats(args, tokenizers).items():
+            models[name].chat = chat
+        return models
+
+    # -- the runner's pair -----------------------------------------------------------
+    def start(self) -> "TokenizerManager":
+        """Bind the inbox, open the sender (unless an outbox was given) and
+        start the receiver thread.  Returns self; :meth:`close` undoes it."""
+        receiver = Receiver(self.inbox, self.authkey)
+        self.recv_from_detokenizer = receiver
+        if self.send_to_scheduler is None:
+            self.send_to_scheduler = self.make_sender()
+        self._receiver_thread = threading.Thread(target=self.receive_loop, args=(receiver,), name="tm-recv",
+                                                 daemon=True)
+        self._receiver_thread.start()
+        return self
+
+    def close(self) -> None:
+        """Close the inbox and the sender and wait for the receiver thread; twice is once."""
+        receiver, self.recv_from_detokenizer = self.recv_from_detokenizer, None
+        if receiver is None:
+            return
+        receiver.close()
+        if self.send_to_scheduler is not None:
+            self.send_to_scheduler.close()
+        if self._receiver_thread is not None:
+            self._receiver_thread.join(CLOSE_JOIN)
+
+    def receive_loop(self, receiver: Receiver) -> None:
+        while self.recv_from_detokenizer is receiver:
+            for msg in receiver.recv_all():
+                self.handle_message(msg)
 
     # -- routing hooks (TokenizerWorker overrides these) ---------------------------
     @property
@@ -159,56 +155,11 @@ class TokenizerManager:
 
     # -- requests ------------------------------------------------------------------
     def tokenize_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> List[TokenizedGenerateReqInput]:
+        """The scheduler's messages for ``obj`` (see :mod:`mtok.managers.prepare`); gives it rids if it has none."""
         model = self.model(obj.model)
-        self.check_skip_tokenizer_init(obj)
-        args = self.server_args
-        if not obj.rid_is_ours:
-            check_client_rids(obj.rid if isinstance(obj.rid, list) else [obj.rid] if obj.rid else None)
-        if obj.text is not None:
-            texts = obj.text if obj.is_batch else [obj.text]
-            check_batch_size(len(texts), args.max_prompts_per_request, "text")  # type: ignore[arg-type]
-            prompts = self.encode_batch(model, texts, watch)  # type: ignore[arg-type]
-        else:
-            prompts = obj.input_ids if obj.is_batch else [obj.input_ids]  # type: ignore[list-item]
-            check_batch_size(len(prompts), args.max_prompts_per_request, "input_ids")  # type: ignore[arg-type]
-            model.check_ids(prompts, "input_ids")  # type: ignore[arg-type]
+        prompts = generate_prompts(obj, model, self.server_args, watch)
         self.assign_rids(obj)
-        rids = obj.rid if isinstance(obj.rid, list) else [obj.rid]
-        out = []
-        checked = None
-        for i, ids in enumerate(prompts):
-            sp = obj.params_at(i)
-            if sp is not checked:
-                check_stops(sp.stop, args.max_stop_strings, args.max_stop_chars)
-                checked = sp
-            where = f" (prompt {i})" if obj.is_batch else ""
-            if not ids:
-                raise bad(f"the prompt is empty{where}", "text" if obj.text is not None else "input_ids")
-            if len(ids) + sp.max_new_tokens > model.context_length:
-                raise bad(
-                    f"this model's maximum context length is {model.context_length} tokens; the prompt has "
-                    f"{len(ids)} and {show(sp.max_new_tokens)} more were requested{where}",
-                    "max_new_tokens",
-                )
-            model.check_ids([sp.stop_token_ids], "stop_token_ids")
-            # n > 1: parallel samples, each its own request "<rid>-<j>" (abort_request takes <rid>)
-            samples = [rids[i]] if sp.n == 1 else [f"{rids[i]}-{j}" for j in range(sp.n)]
-            for rid in samples:
-                out.append(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp, stream=obj.stream,
-                                                     model=model.name, logprobs=obj.logprobs,
-                                                     lora_path=obj.lora_path))
-        return out
-
-    def check_skip_tokenizer_init(self, obj: GenerateReqInput) -> None:
-        """With --skip-tokenizer-init there is no text on either side (as in SGLang,
-        tokenizer_manager.py: "cannot accept text prompts"): text and stop strings are 400s."""
-        if not self.server_args.skip_tokenizer_init:
-            return
-        if obj.text is not None:
-            raise bad("this server runs with --skip-tokenizer-init: give 'input_ids', not text", "text")
-        if any(obj.params_at(i).stop for i in range(obj.batch_size)):
-            raise bad("this server runs with --skip-tokenizer-init: it cannot match stop strings; "
-                      "use 'stop_token_ids'", "stop")
+        return generate_reqs(obj, prompts, model, self.server_args)
 
     def assign_rids(self, obj: GenerateReqInput) -> str:
         """Give ``obj`` one rid per prompt when the client gave none, and return the
@@ -222,26 +173,25 @@ class TokenizerManager:
             return base
         return obj.rid[0] if isinstance(obj.rid, list) else obj.rid
 
-    @staticmethod
-    def encode_batch(model: "ModelEntry", texts: List[str], watch: Optional[Any]) -> List[List[int]]:
-        """Tokenize in slices, and stop if the client has gone meanwhile."""
-        out: List[List[int]] = []
-        for start in range(0, len(texts), ENCODE_SLICE):
-            if start and watch is not None and watch.gone():
-                raise ClientDisconnected()
-            out.extend(model.tokenizer.encode_batch(texts[start : start + ENCODE_SLICE]))
-        return out
-
-    def generate_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> Iterator[ReqState]:
-        """Yield each request's state as it changes (every step when streaming,
-        else once at the end), until all have finished.  Closing the iterator
-        early aborts whatever has not finished."""
+    def submit(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> RequestHandle:
+        """Tokenize and send at once; the returned handle yields the states as
+        they change and must be closed (``with tm.submit(obj) as handle:``):
+        closing aborts whatever has not finished."""
         arrived = time.monotonic()  # latency and TTFT count tokenization too
         reqs = self.tokenize_request(obj, watch)
-        return self._run(reqs, obj.stream, watch, arrived)
+        return self._open(reqs, obj.stream, watch, arrived)
 
-    def _run(self, reqs: List[Any], stream: bool, watch: Optional[Any], arrived: Optional[float] = None
-             ) -> Iterator[ReqState]:
+    def submit_embedding(self, inputs: List[Any], model_name: Optional[str], watch: Optional[Any] = None
+                         ) -> RequestHandle:
+        """Embed texts or token lists; a handle as :meth:`submit`'s, whose
+        ``results()`` come in input order."""
+        reqs = embedding_reqs(inputs, self.model(model_name), self.server_args, self.new_rid)
+        return self._open(reqs, False, watch)
+
+    def _open(self, reqs: List[Any], stream: bool, watch: Optional[Any], arrived: Optional[float] = None
+              ) -> RequestHandle:
+        """Register a state per request, make the handle, send; a failed send
+        closes the handle (aborting what went out) before the error is raised."""
         mailbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         states = []
         taken = set()
@@ -256,68 +206,18 @@ class TokenizerManager:
         self._check_alive()
         for st in states:
             self.rid_to_state[st.rid] = st
-        done = set()
-        seen: Dict[str, tuple] = {}
-        watching = False
-        deadline = time.monotonic() + self.server_args.request_timeout
+        handle = RequestHandle(self, states, watch, self.server_args.request_timeout)
         try:
             for r in reqs:
                 self._send(r)
-            while len(done) < len(states):
-                st, watching = self._next(mailbox, deadline, watch, watching)
-                if st is None:
-                    if time.monotonic() >= deadline:
-                        self._expire(states, done)
-                        deadline = float("inf")
-                    continue
-                if st is _DISCONNECTED:
-                    raise ClientDisconnected()
-                st.queued = False
-                if st.rid in done:
-                    continue
-                if st.finished:
-                    done.add(st.rid)
-                else:
-                    mark = (len(st.text), len(st.output_ids))
-                    if seen.get(st.rid) == mark:
-                        continue  # notified again before it changed (a benign race)
-                    seen[st.rid] = mark
-                yield st
-        finally:
-            if watching:
-                watch.stop()
-            for st in states:
-                if self.rid_to_state.pop(st.rid, None) is not None and st.rid not in done:
-                    self.abort_request(st.rid)
-
-    @staticmethod
-    def _next(mailbox: "queue.SimpleQueue[Any]", deadline: float, watch: Optional[Any], watching: bool
-              ) -> "tuple[Any, bool]":
-        """The next state to arrive, or None when the wait ends without one.
-        Most requests are answered within milliseconds; only those still
-        waiting after WATCH_AFTER are worth watching for a client hang-up."""
-        wait = deadline - time.monotonic()
-        if watch is not None and not watching:
-            wait = min(wait, WATCH_AFTER)
-        try:
-            return mailbox.get(timeout=None if wait == float("inf") else max(0.0, wait)), watching
-        except queue.Empty:
-            if watch is not None and not watching and time.monotonic() < deadline:
-                watch.start(lambda: mailbox.put(_DISCONNECTED))
-                watching = True
-            return None, watching
-
-    def _expire(self, states: List[ReqState], done: set) -> None:
-        """The server-side deadline passed: what is unfinished fails with 504."""
-        timeout = self.server_args.request_timeout
-        reason = FinishAbort(f"the request did not finish within {timeout:g} s (--request-timeout)", 504)
-        for st in states:
-            if st.rid not in done and self.rid_to_state.pop(st.rid, None) is not None:
-                self.abort_request(st.rid)
-                st.finished_reason = reason
-                st.notify()
+        except BaseException:
+            handle.close()
+            raise
+        return handle
 
     def _send(self, obj: Any) -> None:
+        if self.send_to_scheduler is None:
+            raise APIError("the tokenizer manager is not started", 503, headers={"Retry-After": "1"})
         try:
             self.send_to_scheduler.send(obj)
         except ConnectionError as e:
@@ -327,31 +227,10 @@ class TokenizerManager:
         if self.failure:
             raise APIError(self.failure, 503)
 
-    def embed_request(self, inputs: List[Any], model_name: Optional[str], watch: Optional[Any] = None
-                      ) -> List[ReqState]:
-        """Embed texts or token lists; the states come back in input order."""
-        model = self.model(model_name)
-        check_batch_size(len(inputs), self.server_args.max_prompts_per_request, "input")
-        texts = [x for x in inputs if isinstance(x, str)]
-        encoded = iter(model.tokenizer.encode_batch(texts) if texts else [])
-        prompts = [next(encoded) if isinstance(x, str) else x for x in inputs]
-        model.check_ids(prompts, "input")
-        reqs = []
-        for ids in prompts:
-            if not ids:
-                raise bad("an input is empty", "input")
-            if len(ids) > model.context_length:
-                raise bad(f"an input has {len(ids)} tokens; the maximum is {model.context_length}", "input")
-            reqs.append(TokenizedEmbeddingReqInput(rid=self.new_rid(), input_ids=ids, model=model.name))
-        states: List[Optional[ReqState]] = [None] * len(reqs)
-        for st in self._run(reqs, False, watch):
-            states[st.index] = st
-        return states  # type: ignore[return-value]
-
     def abort_request(self, rid: str) -> None:
         try:
-            self.send_to_scheduler.send(AbortReq(rid=rid))
-        except ConnectionError:
+            self._send(AbortReq(rid=rid))
+        except APIError:
             pass  # nothing left to abort in
 
     def rpc(self, method: str, timeout: float = 5.0, **params: Any) -> Any:
@@ -372,17 +251,16 @@ class TokenizerManager:
         return out.result
 
     # -- results -------------------------------------------------------------------
-    def handle_loop(self) -> None:
-        while True:
-            for msg in self.recv_from_detokenizer.recv_all():
-                handler = self._dispatch.get(type(msg))
-                if handler is None:
-                    logger.error("unexpected message %s", type(msg).__name__)
-                    continue
-                try:
-                    handler(msg)
-                except Exception:  # one bad message must not stop every request
-                    logger.exception("failed to handle %s", type(msg).__name__)
+    def handle_message(self, msg: Any) -> None:
+        """Take in one message from the detokenizer (or the router)."""
+        handler = self._dispatch.get(type(msg))
+        if handler is None:
+            logger.error("unexpected message %s", type(msg).__name__)
+            return
+        try:
+            handler(msg)
+        except Exception:  # one bad message must not stop every request
+            logger.exception("failed to handle %s", type(msg).__name__)
 
     def handle_batch_output(self, out: BatchStrOutput) -> None:
         now = time.monotonic()
@@ -440,21 +318,6 @@ class TokenizerManager:
     @property
     def num_in_flight(self) -> int:
         return len(self.rid_to_state)
-
-
-@dataclass
-class ModelEntry:
-    name: str
-    tokenizer: Tokenizer
-    context_length: int
-    chat: ModelChat = field(default_factory=lambda: ModelChat(None))  # its chat template(s), if any
-
-    def check_ids(self, seqs: List[List[int]], param: str) -> None:
-        n = self.tokenizer.vocab_size
-        for ids in seqs:
-            for t in ids:
-                if not 0 <= t < n:
-                    raise bad(f"token id {show(t)} is out of range for a vocabulary of {n}", param)
 
 
 class TokenizerWorker(TokenizerManager):

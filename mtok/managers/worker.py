@@ -2,8 +2,9 @@
 
 :class:`HttpFrontend` puts a TokenizerManager behind an HTTP server.  In
 single-worker mode the main process holds one; in multi-worker mode each
-worker process runs :func:`run_tokenizer_worker_process`, which holds one
-around a :class:`TokenizerWorker`.
+worker process runs :func:`run_tokenizer_worker_process`, the runner of its
+:class:`TokenizerWorker`: it starts it (inbox, sender, receiver thread),
+serves, drains, and closes it.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def run_tokenizer_worker_process(
     server_args, port_args = read_args(shm_name)
     with ChildBoot(f"worker-{slot - FIRST_WORKER_SLOT}", parent_pid, ready_conn, server_args.log_level):
         board = StatusBoard.attach(status_name)
-        tm = TokenizerWorker(server_args, port_args, authkey, worker_address)
+        tm = TokenizerWorker(server_args, port_args, authkey, worker_address).start()
         sock = shared_sock or make_listen_socket(server_args.host, server_args.port, reuseport=True)
         front = HttpFrontend(tm, board, slot, sock, server_args)
     stop = threading.Event()
@@ -108,4 +109,5 @@ def run_tokenizer_worker_process(
         pass
     front.stop_accepting()
     front.drain(server_args.graceful_timeout)
+    tm.close()
     exit_now(0)

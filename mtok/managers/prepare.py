@@ -1,0 +1,106 @@
+"""What a request becomes before it is sent: token ids checked against its
+model, one message for the scheduler per prompt and sample.
+
+The TokenizerManager calls these between a route's validation and the send;
+they are kept apart from it because they only compute (no state, no I/O but
+a look at the client's connection between slices of a long batch).  Every
+problem is a 400 naming the field, found before anything is sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional
+
+from ..api.limits import check_batch_size, check_client_rids, check_stops
+from ..api.validate import bad, show
+from ..wire.args import ServerArgs
+from ..wire.io_struct import GenerateReqInput, TokenizedEmbeddingReqInput, TokenizedGenerateReqInput
+from .models import ModelEntry
+from .request_handle import ClientDisconnected
+
+ENCODE_SLICE = 256  # prompts tokenized between two looks at the client's connection
+
+
+def generate_prompts(obj: GenerateReqInput, model: ModelEntry, args: ServerArgs, watch: Optional[Any]
+                     ) -> List[List[int]]:
+    """The token ids of each prompt of ``obj`` (tokenized here when given as text)."""
+    check_skip_tokenizer_init(obj, args)
+    if not obj.rid_is_ours:
+        check_client_rids(obj.rid if isinstance(obj.rid, list) else [obj.rid] if obj.rid else None)
+    if obj.text is not None:
+        texts = obj.text if obj.is_batch else [obj.text]
+        check_batch_size(len(texts), args.max_prompts_per_request, "text")  # type: ignore[arg-type]
+        return encode_batch(model, texts, watch)  # type: ignore[arg-type]
+    prompts = obj.input_ids if obj.is_batch else [obj.input_ids]  # type: ignore[list-item]
+    check_batch_size(len(prompts), args.max_prompts_per_request, "input_ids")  # type: ignore[arg-type]
+    model.check_ids(prompts, "input_ids")  # type: ignore[arg-type]
+    return prompts  # type: ignore[return-value]
+
+
+def generate_reqs(obj: GenerateReqInput, prompts: List[List[int]], model: ModelEntry, args: ServerArgs
+                  ) -> List[TokenizedGenerateReqInput]:
+    """One message per prompt and sample; ``obj`` has its rids by now."""
+    rids = obj.rid if isinstance(obj.rid, list) else [obj.rid]
+    out = []
+    checked = None
+    for i, ids in enumerate(prompts):
+        sp = obj.params_at(i)
+        if sp is not checked:
+            check_stops(sp.stop, args.max_stop_strings, args.max_stop_chars)
+            checked = sp
+        where = f" (prompt {i})" if obj.is_batch else ""
+        if not ids:
+            raise bad(f"the prompt is empty{where}", "text" if obj.text is not None else "input_ids")
+        if len(ids) + sp.max_new_tokens > model.context_length:
+            raise bad(
+                f"this model's maximum context length is {model.context_length} tokens; the prompt has "
+                f"{len(ids)} and {show(sp.max_new_tokens)} more were requested{where}",
+                "max_new_tokens",
+            )
+        model.check_ids([sp.stop_token_ids], "stop_token_ids")
+        # n > 1: parallel samples, each its own request "<rid>-<j>" (abort_request takes <rid>)
+        samples = [rids[i]] if sp.n == 1 else [f"{rids[i]}-{j}" for j in range(sp.n)]
+        for rid in samples:
+            out.append(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp, stream=obj.stream,
+                                                 model=model.name, logprobs=obj.logprobs, lora_path=obj.lora_path))
+    return out
+
+
+def check_skip_tokenizer_init(obj: GenerateReqInput, args: ServerArgs) -> None:
+    """With --skip-tokenizer-init there is no text on either side (as in SGLang,
+    tokenizer_manager.py: "cannot accept text prompts"): text and stop strings are 400s."""
+    if not args.skip_tokenizer_init:
+        return
+    if obj.text is not None:
+        raise bad("this server runs with --skip-tokenizer-init: give 'input_ids', not text", "text")
+    if any(obj.params_at(i).stop for i in range(obj.batch_size)):
+        raise bad("this server runs with --skip-tokenizer-init: it cannot match stop strings; "
+                  "use 'stop_token_ids'", "stop")
+
+
+def encode_batch(model: ModelEntry, texts: List[str], watch: Optional[Any]) -> List[List[int]]:
+    """Tokenize in slices, and stop if the client has gone meanwhile."""
+    out: List[List[int]] = []
+    for start in range(0, len(texts), ENCODE_SLICE):
+        if start and watch is not None and watch.gone():
+            raise ClientDisconnected()
+        out.extend(model.tokenizer.encode_batch(texts[start : start + ENCODE_SLICE]))
+    return out
+
+
+def embedding_reqs(inputs: List[Any], model: ModelEntry, args: ServerArgs, new_rid: Callable[[], str]
+                   ) -> List[TokenizedEmbeddingReqInput]:
+    """One message per input (a text or token ids), each with a rid of ``new_rid()``."""
+    check_batch_size(len(inputs), args.max_prompts_per_request, "input")
+    texts = [x for x in inputs if isinstance(x, str)]
+    encoded = iter(model.tokenizer.encode_batch(texts) if texts else [])
+    prompts = [next(encoded) if isinstance(x, str) else x for x in inputs]
+    model.check_ids(prompts, "input")
+    reqs = []
+    for ids in prompts:
+        if not ids:
+            raise bad("an input is empty", "input")
+        if len(ids) > model.context_length:
+            raise bad(f"an input has {len(ids)} tokens; the maximum is {model.context_length}", "input")
+        reqs.append(TokenizedEmbeddingReqInput(rid=new_rid(), input_ids=ids, model=model.name))
+    return reqs
