@@ -21,7 +21,7 @@ split.
 from __future__ import annotations
 
 import random
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 from . import stdlib_text
 
@@ -62,32 +62,28 @@ KOREAN = [
 ]
 
 
-def _english(rnd: random.Random) -> List[str]:
+def _from_stdlib(pieces: Callable[[str], List[str]], fallback: str) -> List[str]:
+    """Pieces of the stdlib's sources (``pieces`` picks them from one source) until
+    there are CORPUS_CHARS of them; ``fallback`` where no source can be read."""
     out: List[str] = []
     size = 0
     for path in stdlib_text.sources():
         source = stdlib_text.read(path)
-        if source is None:
-            continue
-        for doc in (stdlib_text.docstrings(source) or []) + stdlib_text.comments(source):
-            out.append(doc)
-            size += len(doc)
+        for piece in pieces(source) if source else ():
+            out.append(piece)
+            size += len(piece)
         if size >= CORPUS_CHARS:
             break
-    return out or ["The quick brown fox jumps over the lazy dog."]
+    return out or [fallback]
+
+
+def _english(rnd: random.Random) -> List[str]:
+    return _from_stdlib(lambda src: (stdlib_text.docstrings(src) or []) + stdlib_text.comments(src),
+                        "The quick brown fox jumps over the lazy dog.")
 
 
 def _code(rnd: random.Random) -> List[str]:
-    out: List[str] = []
-    size = 0
-    for path in stdlib_text.sources():
-        source = stdlib_text.read(path)
-        if source:
-            out.append(source)
-            size += len(source)
-        if size >= CORPUS_CHARS:
-            break
-    return out or ["def f(x):\n    return x + 1\n"]
+    return _from_stdlib(lambda src: [src], "def f(x):\n    return x + 1\n")
 
 
 def _korean(rnd: random.Random) -> List[str]:
