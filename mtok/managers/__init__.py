@@ -1,10 +1,15 @@
-"""The process cores, named after SGLang's managers.
+"""The process cores, named after SGLang's managers, and the runners that own their sockets.
 
 ``tokenizer_manager`` (in each worker process, as ``worker``'s
-``TokenizerWorker``) tokenizes and waits for results; ``router`` joins N workers
-to one ``scheduler``, which runs the engine step by step (``scheduler_async``
-for engines that stream, ``scheduler_logprobs`` for logprobs); the
+``TokenizerWorker``) turns a request into the scheduler's messages
+(``prepare``) and hands the route a ``request_handle`` to read results from
+and close; ``router`` joins N workers to one ``scheduler``, which runs the
+engine step by step (``scheduler_async`` for engines that stream,
+``scheduler_logprobs`` for logprobs, ``scheduler_rpc`` for control calls); the
 ``detokenizer`` turns token ids into text with ``decoding``'s incremental
-decoder and sends each piece to the worker that owns the request.  ``models``
-loads each served model's tokenizer.
+decoder.  ``models`` loads each served model's tokenizer.
+
+The cores are plain objects -- messages in, messages out -- and bind nothing;
+``runners`` (and ``worker`` for the worker process) bind their inboxes and
+senders, run their loops and close them.
 """
