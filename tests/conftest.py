@@ -7,7 +7,7 @@ from typing import Any, List
 
 import pytest
 
-from support import Server
+from support import STARTED, Server
 
 
 @pytest.fixture(scope="module")
@@ -22,3 +22,20 @@ def server_factory():
     yield start
     for srv in started:
         srv.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test's report carries the end of every live server's log (a
+    worker replaced, a traceback): what the client saw is half the story."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    for srv in list(STARTED):
+        try:
+            tail = srv.stderr()[-3000:]
+        except OSError:
+            continue
+        if tail.strip():
+            report.sections.append((f"mtok server (pid {srv.pid}, {' '.join(srv.args)}) log, the end", tail))

@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import time
+import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
@@ -56,6 +57,11 @@ def children_of(pid: int) -> List[int]:
     return out
 
 
+# Every Server a test process has started and still holds: conftest attaches the
+# tail of their logs to a failing test's report.
+STARTED: "weakref.WeakSet[Server]" = weakref.WeakSet()
+
+
 class Server(ReadyProcess):
     """``python -m mtok.serve`` on a free port, stopped at the end of its scope."""
 
@@ -66,6 +72,7 @@ class Server(ReadyProcess):
         full_env.update(env or {})
         full_env.setdefault("PYTHONUNBUFFERED", "1")
         super().__init__([sys.executable, "-m", "mtok.serve", *self.args], full_env, "mtok-test-")
+        STARTED.add(self)
         self.host, self.port = "127.0.0.1", 0
         if expect_ready:
             m = self.wait_ready(READY, timeout)

@@ -38,13 +38,16 @@ def test_serves_without_shared_memory(workers):
         assert len(info["workers"]) == workers and all(w["state"] == "ready" for w in info["workers"])
         assert info["processes"]["scheduler"] in kids
         # metrics snapshots travel through the board too: a scrape counts the requests above,
-        # whichever worker served them
-        status, _, text = srv.request("GET", "/metrics")
-        assert status == 200
-        text = text.decode() if isinstance(text, bytes) else text
-        served = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                     if line.startswith("mtok_requests_total{") and 'endpoint="/generate"' in line)
-        assert served == 2, text
+        # whichever worker served them (another worker's count arrives with its next tick,
+        # within a poll interval)
+        def served() -> float:
+            status, _, text = srv.request("GET", "/metrics")
+            assert status == 200
+            text = text.decode() if isinstance(text, bytes) else text
+            return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith("mtok_requests_total{") and 'endpoint="/generate"' in line)
+
+        wait_for(lambda: served() == 2, timeout=10, interval=0.1, what="both /generate requests in /metrics")
     finally:
         assert srv.stop() == 0, srv.stderr()
     wait_for(lambda: not [k for k in kids if pid_alive(k)], timeout=5.0, what="every child to exit")
