@@ -38,7 +38,7 @@ from ..wire.io_struct import (
 )
 from .scheduler_async import AsyncEngineSupport, has_health
 from .models import load_tokenizers
-from .scheduler_logprobs import LogprobSteps
+from .scheduler_logprobs import LogprobSteps, engine_error
 from .scheduler_rpc import SchedulerRpc
 
 logger = logging.getLogger(__name__)
@@ -286,7 +286,7 @@ class Scheduler(LogprobSteps, AsyncEngineSupport, SchedulerRpc):
         except Exception as e:
             logger.exception("engine step of %s failed; aborting its batch", rt.name)
             for req in group:
-                self.abort(req, abort_reason(f"engine error: {type(e).__name__}: {e}", 500))
+                self.abort(req, engine_error(e))
             return
         for req, out in zip(group, outs):
             req.output_ids.extend(out.ids)

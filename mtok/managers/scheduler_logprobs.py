@@ -17,7 +17,8 @@ from ..wire.finish import FinishAbort
 logger = logging.getLogger(__name__)
 
 
-def _engine_error(e: Exception) -> FinishAbort:
+def engine_error(e: Exception) -> FinishAbort:
+    """The finish of a request whose engine call raised: a 500 naming the exception."""
     return FinishAbort(f"engine error: {type(e).__name__}: {e}", 500)
 
 
@@ -60,7 +61,7 @@ class LogprobSteps:
             rows += [self._logprob_rows(req, p) for p in range(start, len(req.input_ids))]
         except Exception as e:  # an engine's bug fails its request, not the scheduler
             logger.exception("prompt logprobs of %s failed", req.rid)
-            self.abort(req, _engine_error(e))
+            self.abort(req, engine_error(e))
             return
         self._add_logprobs(req, "input", rows)
 
@@ -69,6 +70,6 @@ class LogprobSteps:
             row = self._logprob_rows(req, len(req.input_ids) + len(req.output_ids) - 1)
         except Exception as e:
             logger.exception("output logprobs of %s failed", req.rid)
-            req.finished_reason = _engine_error(e)
+            req.finished_reason = engine_error(e)
             return
         self._add_logprobs(req, "output", [row])
