@@ -25,7 +25,7 @@ from mtok.managers.tokenizer_manager import TokenizerManager
 from mtok.wire.args import PortArgs, ServerArgs
 from mtok.wire.finish import FinishAbort, FinishLength
 from mtok.wire.io_struct import AbortReq, BatchStrOutput, GenerateReqInput, SamplingParams, TokenizedGenerateReqInput
-from mtok.wire.ipc import Sender
+from mtok.wire.ipc import Sender, SharedSender
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
@@ -110,6 +110,22 @@ def test_a_failed_send_closes_the_handle_and_answers_503():
         tm.submit(prompt())
     assert err.value.status == 503 and "unreachable" in err.value.message
     assert tm.num_in_flight == 0
+
+
+def test_a_failed_shared_write_answers_503_for_every_request_it_carried(tmp_path):
+    """The real sender: the write fails after submit() returned, so the
+    failure reaches the handle as the requests' finish, for non-streamed and
+    streamed alike, and an RPC waiting on the same write gets its error."""
+    tm = make_tm()
+    tm.send_to_scheduler = SharedSender(Sender(str(tmp_path / "no-scheduler.sock"), b"k"), tm.send_failed)
+    for stream in (False, True):
+        with tm.submit(prompt(stream=stream)) as handle, pytest.raises(APIError) as err:
+            handle.wait_first()
+        assert err.value.status == 503 and "unreachable" in err.value.message
+    assert tm.num_in_flight == 0
+    with pytest.raises(APIError) as err:
+        tm.rpc("flush_cache", timeout=5.0)
+    assert "unreachable" in err.value.message
 
 
 def test_a_refusal_is_raised_before_a_stream_begins():

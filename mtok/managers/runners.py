@@ -241,11 +241,12 @@ class RouterRunner:
 
     def forward_to_scheduler(self) -> None:
         while not self._closed:
-            for data in self.from_workers.recv_bytes_all(timeout=1.0):
+            batch = self.from_workers.recv_bytes_all(timeout=1.0)
+            if batch:
                 try:
-                    self.to_scheduler.send_bytes(data)
+                    self.to_scheduler.send_all(batch)  # one write for all the workers sent
                 except ConnectionError as e:
-                    logger.error("cannot reach the scheduler: %s", e)
+                    logger.error("cannot reach the scheduler: %d message(s) lost: %s", len(batch), e)
 
     def deliver_replies(self) -> None:
         while not self._closed:

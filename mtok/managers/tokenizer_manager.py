@@ -40,7 +40,7 @@ from ..wire.io_struct import (
     ServerFailure,
     TokenizedGenerateReqInput,
 )
-from ..wire.ipc import Receiver, Sender, SenderWrapper
+from ..wire.ipc import SharedSender, Receiver, Sender, SenderWrapper
 from ..api.limits import new_rid
 from ..wire.metrics import Metrics
 from .models import ModelEntry, load_tokenizers
@@ -130,7 +130,11 @@ class TokenizerManager:
         return self.port_args.reply_inbox
 
     def make_sender(self) -> Any:
-        return Sender(self.port_args.scheduler_inbox, self.authkey)
+        return self.shared_sender(self.port_args.scheduler_inbox)
+
+    def shared_sender(self, address: str) -> SharedSender:
+        """The handler threads' way out: many messages per write, and no thread waits on another."""
+        return SharedSender(Sender(address, self.authkey), self.send_failed)
 
     # -- models --------------------------------------------------------------------
     def model(self, name: Optional[str]) -> "ModelEntry":
@@ -306,14 +310,25 @@ class TokenizerManager:
     def fail_all(self, message: str) -> None:
         """A core process died: every request in flight ends with a 503."""
         self.failure = message
+        self._fail(list(self.rid_to_state), list(self.rpc_waiters), message)
+
+    def send_failed(self, messages: List[Any], error: ConnectionError) -> None:
+        """A queued write to the scheduler failed: the requests it carried end
+        with the 503 a failed send answers (aborts need nothing more)."""
+        rids = [m.rid for m in messages if not isinstance(m, (AbortReq, RpcReq))]
+        self._fail(rids, [m.rid for m in messages if isinstance(m, RpcReq)], f"the scheduler is unreachable: {error}")
+
+    def _fail(self, rids: List[str], rpc_rids: List[str], message: str) -> None:
         reason = FinishAbort(message, 503)
-        for rid in list(self.rid_to_state):
+        for rid in rids:
             st = self.rid_to_state.pop(rid, None)
             if st is not None:
                 st.finished_reason = reason
                 st.notify()
-        for rid, waiter in list(self.rpc_waiters.items()):
-            waiter.put(RpcOutput(rid=rid, error=message))
+        for rid in rpc_rids:
+            waiter = self.rpc_waiters.get(rid)
+            if waiter is not None:
+                waiter.put(RpcOutput(rid=rid, error=message))
 
     @property
     def num_in_flight(self) -> int:
@@ -332,4 +347,4 @@ class TokenizerWorker(TokenizerManager):
         return self.worker_address
 
     def make_sender(self) -> Any:
-        return SenderWrapper(Sender(self.port_args.router_inbox, self.authkey), self.worker_address)
+        return SenderWrapper(self.shared_sender(self.port_args.router_inbox), self.worker_address)
