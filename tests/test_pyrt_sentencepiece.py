@@ -85,7 +85,21 @@ def _mistral() -> dict:
         return json.load(f)
 
 
-SHAPES = {"llama": _llama, "joined": _joined, "gemma": _gemma, "phi3": _phi3, "no_fallback": _no_fallback, "mistral": _mistral}
+def _bytes_merged() -> dict:
+    """A merge of two byte tokens (newline, newline): unknown characters' bytes may
+    then merge, so the model must merge over them, not only between them."""
+    config = _llama()
+    vocab = config["model"]["vocab"]
+    vocab["<0x0A><0x0A>"] = max(vocab.values()) + 1 + len(config["added_tokens"])
+    config["model"]["merges"].insert(0, ["<0x0A>", "<0x0A>"] if isinstance(config["model"]["merges"][0], list)
+                                     else "<0x0A> <0x0A>")
+    return config
+
+
+SHAPES = {"llama": _llama, "joined": _joined, "gemma": _gemma, "phi3": _phi3, "no_fallback": _no_fallback,
+          "mistral": _mistral, "bytes_merged": _bytes_merged}
+# the shapes where no merge touches a byte token, so runs between unknown characters merge apart
+INERT_BYTES = {"llama", "joined", "gemma", "phi3", "mistral"}
 _loaded: dict = {}
 
 
@@ -118,6 +132,7 @@ def _added(ref) -> list:
 def test_edges_equal_to_tokenizers(shape):
     ref, mine = load(shape)
     assert (mine.model._chunker is None) == (shape == "joined")  # cut at "▁" runs wherever that is exact
+    assert mine.model._inert_bytes == (shape in INERT_BYTES)
     for text in edge_texts(_added(ref)):
         for add in (True, False):
             expected = ref.encode(text, add_special_tokens=add).ids

@@ -51,13 +51,14 @@ class BPE:
         self.byte_fallback = byte_fallback
         self.ignore_merges = ignore_merges
         self._width = max(vocab.values(), default=0) + 1
-        self._merges = self._build_merges(merges)
-        self._chunker = self._find_chunker()
-        self._chunks: Dict[str, List[int]] = {}
         # With every <0xNN> token present, an unknown character is always its bytes' ids.
         self._bytes_ids: Optional[List[int]] = None
         if byte_fallback and all(t in vocab for t in BYTE_TOKENS):
             self._bytes_ids = [vocab[t] for t in BYTE_TOKENS]
+        self._inert_bytes = False  # set by _build_merges: no merge has a byte token on either side
+        self._merges = self._build_merges(merges)
+        self._chunker = self._find_chunker()
+        self._chunks: Dict[str, List[int]] = {}
 
     def _build_merges(self, merges: Sequence[Tuple[str, str]]) -> Dict[int, int]:
         """The packed merge table, built with C-level ``map``s: no Python code runs per merge.
@@ -72,6 +73,9 @@ class BPE:
         new_ids = list(map(get, map(operator.add, left, right)))
         if None in a_ids or None in b_ids or None in new_ids:
             _refuse_merges(self.vocab, merges)
+        if self._bytes_ids is not None:
+            byte_ids = set(self._bytes_ids)
+            self._inert_bytes = byte_ids.isdisjoint(a_ids) and byte_ids.isdisjoint(b_ids)
         width = itertools.repeat(self._width)
         keys = map(operator.add, map(operator.mul, a_ids, width), b_ids)
         values = map(operator.add, map(operator.mul, range(len(new_ids)), width), new_ids)
@@ -144,7 +148,7 @@ class BPE:
             if whole is not None:
                 return [whole]
         if self._chunker is None or len(word) < _CHUNK_MIN:
-            return self._merge(self._symbols(word))
+            return self._word(word)
         return self.tokenize_chunks(self._chunker.findall(word))
 
     def tokenize_chunks(self, chunks: Sequence[str]) -> List[int]:
@@ -154,7 +158,7 @@ class BPE:
         for chunk in chunks:
             hit = cache.get(chunk)
             if hit is None:
-                hit = self._merge(self._symbols(chunk))
+                hit = self._word(chunk)
                 if len(chunk) < 256:
                     if len(cache) >= _CHUNK_CACHE:
                         cache.clear()
@@ -172,6 +176,34 @@ class BPE:
         return len(self.vocab)
 
     # -- internals -----------------------------------------------------------------
+    def _word(self, word: str) -> List[int]:
+        """The ids of one word: its symbols, merged."""
+        if self._inert_bytes and not self.prefix and not self.suffix:
+            ids = list(map(self.vocab.get, word))
+            if None in ids:
+                return self._merge_between_bytes(word, ids)
+            return self._merge(ids)  # type: ignore[arg-type]
+        return self._merge(self._symbols(word))
+
+    def _merge_between_bytes(self, word: str, ids: List[Optional[int]]) -> List[int]:
+        """Each unknown character becomes its bytes' ids, and since no merge has a
+        byte token on either side (checked at load), only the runs of known
+        characters between them are merged, each on its own: the same result as
+        one merge over the whole, in a fraction of the steps (CJK text in a
+        Llama-style vocabulary is mostly bytes)."""
+        table = self._bytes_ids
+        out: List[int] = []
+        start = 0
+        for end, i in enumerate(ids):
+            if i is None:
+                if start < end:
+                    out += self._merge(ids[start:end])  # type: ignore[arg-type]
+                out += [table[b] for b in word[end].encode()]  # type: ignore[index]
+                start = end + 1
+        if start < len(ids):
+            out += self._merge(ids[start:])  # type: ignore[arg-type]
+        return out
+
     def _symbols(self, word: str) -> List[int]:
         """One id per character, before any merge (tokenizers' ``merge_word``)."""
         vocab = self.vocab
