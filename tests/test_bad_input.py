@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 
 import pytest
@@ -127,19 +128,30 @@ def test_huge_prompt_over_context(srv):
     assert_still_serving(srv)
 
 
-def raw_exchange(srv, payload: bytes, timeout: float = 10.0) -> bytes:
+def raw_exchange(srv, payload: bytes, timeout: float = 10.0, until_close: bool = False) -> bytes:
+    """Send ``payload``; what comes back until the server closes, or (unless
+    ``until_close``) until one whole response with a Content-Length is in: a
+    kept-alive connection stays open, and waiting for the timeout cost 10 s."""
     with socket.create_connection((srv.host, srv.port), timeout=timeout) as s:
         s.sendall(payload)
-        chunks = []
-        while True:
+        raw = b""
+        while until_close or not _one_whole_response(raw):
             try:
                 data = s.recv(65536)
             except socket.timeout:
                 break
             if not data:
                 break
-            chunks.append(data)
-        return b"".join(chunks)
+            raw += data
+        return raw
+
+
+def _one_whole_response(raw: bytes) -> bool:
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    m = re.search(rb"(?im)^content-length:\s*(\d+)\s*$", head)
+    return m is not None and len(body) >= int(m.group(1))
 
 
 def status_and_json(raw: bytes):
@@ -200,7 +212,7 @@ def test_pipelined_requests_are_answered_in_order(srv):
         b = json.dumps({"text": text, "sampling_params": {"max_new_tokens": n}}).encode()
         reqs.append(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
     reqs[-1] = reqs[-1].replace(b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n")
-    raw = raw_exchange(srv, b"".join(reqs))
+    raw = raw_exchange(srv, b"".join(reqs), until_close=True)
     assert raw.count(b"HTTP/1.1 200") == 3
     texts = [json.loads(part.split(b"\r\n\r\n", 1)[1].split(b"HTTP/1.1")[0])["text"]
              for part in raw.split(b"HTTP/1.1 200")[1:]]
