@@ -30,7 +30,7 @@ from multiprocessing.connection import (
     answer_challenge,
     deliver_challenge,
 )
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import finish, io_struct
 from .frames import Frames, pack, write_all
@@ -68,8 +68,8 @@ class Receiver:
     def __init__(self, name: str, authkey: bytes):
         self.name = name
         self._authkey = authkey
-        self._conns: Dict[int, Connection] = {}  # fd -> connection; the reading thread's own
-        self._frames: Dict[int, Frames] = {}  # fd -> what has arrived of its next messages
+        # fd -> the connection and what has arrived of its next messages; the reading thread's own
+        self._conns: Dict[int, Tuple[Connection, Frames]] = {}
         self._joined: List[Connection] = []  # authenticated, not yet picked up by the reader
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
@@ -138,16 +138,14 @@ class Receiver:
         with self._lock:
             joined, self._joined = self._joined, []
         for conn in joined:
-            self._conns[conn.fileno()] = conn
-            self._frames[conn.fileno()] = Frames()
+            self._conns[conn.fileno()] = (conn, Frames())
             self._poll.register(conn.fileno(), select.POLLIN)
 
     def _drop(self, fd: int) -> None:
-        conn = self._conns.pop(fd, None)
-        self._frames.pop(fd, None)
-        if conn is not None:
+        peer = self._conns.pop(fd, None)
+        if peer is not None:
             self._poll.unregister(fd)
-            conn.close()
+            peer[0].close()
 
     def recv_bytes_all(self, timeout: Optional[float] = None) -> List[bytes]:
         """Every payload that is ready, waiting up to ``timeout`` for the first
@@ -170,11 +168,11 @@ class Receiver:
                 if fd == self._wake_r:
                     self._take_joined()
                     continue
-                frames = self._frames.get(fd)
-                if frames is None:
+                peer = self._conns.get(fd)
+                if peer is None:
                     continue
                 try:
-                    frames.read(fd, out)
+                    peer[1].read(fd, out)
                 except (EOFError, OSError):
                     self._drop(fd)
             if not out:
@@ -203,7 +201,7 @@ class Receiver:
             pass
         self._sock.close()
         with self._lock:
-            conns = list(self._conns.values()) + self._joined
+            conns = [conn for conn, _ in self._conns.values()] + self._joined
             self._conns, self._joined = {}, []
         for c in conns:
             c.close()
