@@ -55,7 +55,8 @@ class BPE:
         self._bytes_ids: Optional[List[int]] = None
         if byte_fallback and all(t in vocab for t in BYTE_TOKENS):
             self._bytes_ids = [vocab[t] for t in BYTE_TOKENS]
-        self._inert_bytes = False  # set by _build_merges: no merge has a byte token on either side
+        # set by _build_merges: byte fallback, no affixes, and no merge has a byte token on either side
+        self._inert_bytes = False
         self._merges = self._build_merges(merges)
         self._chunker = self._find_chunker()
         self._chunks: Dict[str, List[int]] = {}
@@ -73,7 +74,7 @@ class BPE:
         new_ids = list(map(get, map(operator.add, left, right)))
         if None in a_ids or None in b_ids or None in new_ids:
             _refuse_merges(self.vocab, merges)
-        if self._bytes_ids is not None:
+        if self._bytes_ids is not None and not self.suffix:  # (a prefix took the other builder)
             byte_ids = set(self._bytes_ids)
             self._inert_bytes = byte_ids.isdisjoint(a_ids) and byte_ids.isdisjoint(b_ids)
         width = itertools.repeat(self._width)
@@ -178,7 +179,7 @@ class BPE:
     # -- internals -----------------------------------------------------------------
     def _word(self, word: str) -> List[int]:
         """The ids of one word: its symbols, merged."""
-        if self._inert_bytes and not self.prefix and not self.suffix:
+        if self._inert_bytes:
             ids = list(map(self.vocab.get, word))
             if None in ids:
                 return self._merge_between_bytes(word, ids)
