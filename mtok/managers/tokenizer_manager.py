@@ -55,6 +55,10 @@ DEFAULT_CONTEXT_LENGTH = 65536
 CLOSE_JOIN = 5.0  # seconds close() waits for the receiver thread
 
 
+def _unreachable(error: ConnectionError) -> str:
+    return f"the scheduler is unreachable: {error}"
+
+
 class TokenizerManager:
     """Tokenize, send, and hand each request's pieces to whoever submitted it.
 
@@ -225,7 +229,7 @@ class TokenizerManager:
         try:
             self.send_to_scheduler.send(obj)
         except ConnectionError as e:
-            raise APIError(f"the scheduler is unreachable: {e}", 503, headers={"Retry-After": "1"}) from None
+            raise APIError(_unreachable(e), 503, headers={"Retry-After": "1"}) from None
 
     def _check_alive(self) -> None:
         if self.failure:
@@ -316,7 +320,7 @@ class TokenizerManager:
         """A queued write to the scheduler failed: the requests it carried end
         with the 503 a failed send answers (aborts need nothing more)."""
         rids = [m.rid for m in messages if not isinstance(m, (AbortReq, RpcReq))]
-        self._fail(rids, [m.rid for m in messages if isinstance(m, RpcReq)], f"the scheduler is unreachable: {error}")
+        self._fail(rids, [m.rid for m in messages if isinstance(m, RpcReq)], _unreachable(error))
 
     def _fail(self, rids: List[str], rpc_rids: List[str], message: str) -> None:
         reason = FinishAbort(message, 503)
