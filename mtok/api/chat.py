@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from .chat_prompt import ChatInput, parse_chat_input, render_prompt
-from .server import Request, route
+from .server import Pending, Request, route
 from . import fields
 from ..wire.io_struct import GenerateReqInput, LogprobParams
 from .logprobs import chat_content
@@ -89,7 +89,7 @@ def prompt_ids(model: "ModelEntry", inp: ChatInput, add_special_tokens: bool = F
 class ChatRoutes:
     """Mixed into :class:`mtok.api.native.Api`, which provides tm, args, start_stream, usage."""
 
-    @route("POST", "/v1/chat/completions")
+    @route("POST", "/v1/chat/completions", inline=True)
     def chat_completions(self, req: Request) -> Any:
         body = require_object(req.json())
         got = fields.read(body, fields.CHAT, self.args.strict_fields)  # mtok.api.fields: what each field does
@@ -115,8 +115,9 @@ class ChatRoutes:
         if obj.stream:
             head["object"] = "chat.completion.chunk"
             return self.start_stream(handle, self._chat_chunks(handle, head, parsers, include_usage))
-        with handle:
-            results = handle.results()
+        return Pending(handle, lambda results: self._chat_completion(head, parsers, results))
+
+    def _chat_completion(self, head: Dict[str, Any], parsers: List[OutputParser], results: List[Any]) -> Any:
         choices = []
         for st in results:
             finish, matched = openai_finish(st)

@@ -8,6 +8,7 @@ notices hang-ups, :class:`ReadDeadlines` cuts off requests that arrive too slowl
 
 from __future__ import annotations
 
+import queue
 import select
 import selectors
 import socket
@@ -124,6 +125,13 @@ class ConnectionWatch:
 
     def __init__(self, watcher: DisconnectWatcher, sock: socket.socket):
         self._watcher, self._sock = watcher, sock
+
+    @staticmethod
+    def new_mailbox() -> "queue.SimpleQueue[Any]":
+        """Where the request's states are put as they change (see
+        :class:`~mtok.managers.request_handle.ReqState`): a plain queue, which a
+        handler thread waits on."""
+        return queue.SimpleQueue()
 
     def start(self, callback: Callable[[], None]) -> None:
         self._watcher.add(self._sock, callback)

@@ -18,7 +18,7 @@ gathered in one buffer, so many tiny chunks cost no more memory than one.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from .validate import APIError
 
@@ -69,6 +69,38 @@ def crlf_line(line: bytes, what: str) -> bytes:
     return line[:-2]
 
 
+def parse_request_line(raw: bytes) -> Tuple[str, str, str]:
+    """(method, path, version) of a request line, CRLF included; a FramingError
+    for anything but three words ending in HTTP/1.1 or HTTP/1.0."""
+    words = crlf_line(raw, "the request line").decode("iso-8859-1").split(" ")
+    shown = raw.decode("iso-8859-1").rstrip("\r\n")[:100]
+    if len(words) != 3 or not words[2].startswith("HTTP/") or not all(words):
+        raise FramingError(f"bad request line {shown!r}")
+    command, path, version = words
+    if version not in ("HTTP/1.1", "HTTP/1.0"):
+        raise FramingError(f"unsupported HTTP version in {shown!r}; use HTTP/1.1 or HTTP/1.0")
+    return command, "/" + path.lstrip("/") if path.startswith("//") else path, version
+
+
+def head_framing(headers: Headers, version: str, limit: int) -> Tuple[str, int, bool]:
+    """(framing, declared length, close after answering) of a parsed head, or a FramingError."""
+    if version == "HTTP/1.1" and not field(headers, "host"):
+        raise FramingError("HTTP/1.1 requests need a Host header")
+    framing, length = body_framing(headers, version, limit)
+    options = connection_options(headers)
+    return framing, length, "close" in options or (version == "HTTP/1.0" and "keep-alive" not in options)
+
+
+def head_lines(head: bytes) -> Headers:
+    """The header fields of a head's lines (from after the request line to before the
+    empty line, CRLFs between them), as :func:`read_headers` takes a buffered head."""
+    headers = Headers()
+    if head:
+        for line in head.decode("iso-8859-1").split("\r\n"):
+            parse_header_line(headers, line)
+    return headers
+
+
 def read_headers(rfile: Any) -> Headers:
     """The header fields up to the empty line.  When the whole head is already in the
     reader's buffer (the usual case: it came in the same packet as the request line)
@@ -76,29 +108,24 @@ def read_headers(rfile: Any) -> Headers:
     exactly the same heads: in a head whose lines all end with CRLF and hold no other
     CR or LF, the first CRLFCRLF is its end."""
     head = _buffered_head(rfile)
-    if head is None:
-        return _read_header_lines(rfile)
-    headers = Headers()
-    for line in head:
-        parse_header_line(headers, line)
-    return headers
+    return _read_header_lines(rfile) if head is None else head_lines(head)
 
 
-def _buffered_head(rfile: Any) -> Optional[List[str]]:
-    """The head's lines (without CRLF) if its end is already buffered, consumed from
-    ``rfile``; None (nothing consumed) if it is not, or ``rfile`` cannot peek."""
+def _buffered_head(rfile: Any) -> Optional[bytes]:
+    """The head's lines if its end is already buffered, consumed from ``rfile``;
+    None (nothing consumed) if it is not, or ``rfile`` cannot peek."""
     peek = getattr(rfile, "peek", None)
     if peek is None:
         return None
     buffered = peek()
     if buffered[:2] == b"\r\n":
         rfile.read(2)
-        return []
+        return b""
     end = buffered.find(b"\r\n\r\n")
     if end < 0:
         return None
     rfile.read(end + 4)  # from the buffer: no system call
-    return buffered[:end].decode("iso-8859-1").split("\r\n")
+    return buffered[:end]
 
 
 def _read_header_lines(rfile: Any) -> Headers:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional
 from urllib.parse import parse_qs
 
 from .. import __version__
 from . import fields
 from .chat import ChatRoutes
-from .server import EventStream, Request, Response, route
+from .server import EventStream, Pending, Request, Response, route
 from ..wire.io_struct import GenerateReqInput, SamplingParams
 from .logprobs import OUTPUT_KEYS, sglang_meta
 from ..wire.metrics import merge as merge_metrics
@@ -75,8 +75,8 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
         return self.board.state == ServerState.SERVING and self.tm.failure is None
 
     # -- native ----------------------------------------------------------------------
-    @route("POST", "/generate")
-    @route("PUT", "/generate")
+    @route("POST", "/generate", inline=True)
+    @route("PUT", "/generate", inline=True)
     def generate(self, req: Request) -> Any:
         obj = parse_generate(req.json(), self.args.strict_fields)
         as_list = obj.is_batch or obj.num_outputs > 1  # SGLang answers n > 1 with a list too
@@ -84,9 +84,11 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
         if obj.stream:
             events = self._generate_events(handle, as_list, self.args.incremental_streaming_output)
             return self.start_stream(handle, events)
-        with handle:
-            out = [self._generate_result(st) for st in handle.results()]
-        return out if as_list else out[0]
+
+        def render(states: List[ReqState]) -> Any:
+            out = [self._generate_result(st) for st in states]
+            return out if as_list else out[0]
+        return Pending(handle, render)
 
     def _generate_result(self, st: ReqState) -> Dict[str, Any]:
         meta = self.meta_info(st)  # first: the receiver thread adds text and ids, then the finish
@@ -121,8 +123,8 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
             yield event
         yield "[DONE]"
 
-    @route("POST", "/encode")
-    @route("PUT", "/encode")
+    @route("POST", "/encode", inline=True)
+    @route("PUT", "/encode", inline=True)
     def encode(self, req: Request) -> Any:
         """SGLang's embedding endpoint: ``text`` or ``input_ids``, single or batch."""
         got = fields.read(require_object(req.json()), fields.ENC, self.args.strict_fields)
@@ -132,18 +134,19 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
             raise bad("give exactly one of 'text' and 'input_ids'", "text")
         key = "text" if has_text else "input_ids"
         inputs, is_batch = embedding_inputs(got[key], key)
-        with self.tm.submit_embedding(inputs, got.get("model"), req.watch) as handle:
-            states = handle.results()
-        out = []
-        for st in states:
-            dims = got.get("dimensions")
-            if dims is not None and dims != len(st.embedding or ()):
-                raise bad(f"this model's embeddings have {len(st.embedding or ())} dimensions, not {dims}",
-                          "dimensions")
-            out.append({"embedding": st.embedding, "meta_info": {"id": st.rid, "prompt_tokens": st.prompt_tokens}})
-        return out if is_batch else out[0]
 
-    @route("POST", "/tokenize", "/v1/tokenize")
+        def render(states: List[ReqState]) -> Any:
+            out = []
+            for st in states:
+                dims = got.get("dimensions")
+                if dims is not None and dims != len(st.embedding or ()):
+                    raise bad(f"this model's embeddings have {len(st.embedding or ())} dimensions, not {dims}",
+                              "dimensions")
+                out.append({"embedding": st.embedding, "meta_info": {"id": st.rid, "prompt_tokens": st.prompt_tokens}})
+            return out if is_batch else out[0]
+        return Pending(self.tm.submit_embedding(inputs, got.get("model"), req.watch), render)
+
+    @route("POST", "/tokenize", "/v1/tokenize", inline=True)
     def tokenize(self, req: Request) -> Any:
         body = require_object(req.json())
         if "messages" in body:
@@ -157,7 +160,7 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
         tokens = model.tokenizer.encode(prompt, add)
         return {"tokens": tokens, "count": len(tokens), "max_model_len": model.context_length}
 
-    @route("POST", "/detokenize", "/v1/detokenize")
+    @route("POST", "/detokenize", "/v1/detokenize", inline=True)
     def detokenize(self, req: Request) -> Any:
         body = require_object(req.json())
         check_unknown(body, ("tokens", "model", "skip_special_tokens"))
@@ -170,7 +173,7 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
         text = model.tokenizer.decode(tokens, skip)
         return {"text": text, "prompt": text}  # SGLang's key and vLLM's
 
-    @route("GET", "/health")
+    @route("GET", "/health", inline=True)
     def health(self, req: Request) -> Any:
         if not self.healthy():
             state = self.board.state.name.lower()

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from . import fields
-from .server import Request, route
+from .server import Pending, Request, route
 from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
 from .logprobs import CompletionLogprobs, merge
 from .parse import parse_rid, response_format, sampling_params
@@ -135,7 +135,7 @@ class OpenAIRoutes:
         return {"id": model.name, "object": "model", "created": self.created, "owned_by": "mtok",
                 "max_model_len": model.context_length}
 
-    @route("POST", "/v1/completions")
+    @route("POST", "/v1/completions", inline=True)
     def completions(self, req: Request) -> Any:
         obj, opts = parse_completion(req.json(), self.args.strict_fields)
         model = self.tm.model(obj.model)
@@ -145,11 +145,10 @@ class OpenAIRoutes:
         handle = self.tm.submit(obj, req.watch)
         if obj.stream:
             return self.start_stream(handle, self._completion_chunks(handle, head, choices, opts["include_usage"]))
-        with handle:
-            results = handle.results()
-        return dict(head, choices=[choices.whole(st) for st in results], usage=self.usage(results))
+        return Pending(handle, lambda results: dict(head, choices=[choices.whole(st) for st in results],
+                                                    usage=self.usage(results)))
 
-    @route("POST", "/v1/embeddings")
+    @route("POST", "/v1/embeddings", inline=True)
     def embeddings(self, req: Request) -> Any:
         body = require_object(req.json())
         got = fields.read(body, fields.EMB, self.args.strict_fields)  # unknown, ignored and refused fields
@@ -160,8 +159,11 @@ class OpenAIRoutes:
         inputs, _ = embedding_inputs(body["input"], "input")
         model = self.tm.model(got.get("model"))
         dims = got.get("dimensions")
-        with self.tm.submit_embedding(inputs, model.name, req.watch) as handle:
-            states = handle.results()
+        return Pending(self.tm.submit_embedding(inputs, model.name, req.watch),
+                       lambda states: self._embedding_list(states, model.name, dims, fmt))
+
+    @staticmethod
+    def _embedding_list(states: List[Any], model: str, dims: Optional[int], fmt: str) -> Dict[str, Any]:
         data = []
         for st in states:
             vec = st.embedding or []
@@ -170,7 +172,7 @@ class OpenAIRoutes:
             data.append({"object": "embedding", "index": st.index,
                          "embedding": vec if fmt == "float" else base64_floats(vec)})
         prompt = sum(st.prompt_tokens for st in states)
-        return {"object": "list", "data": data, "model": model.name,
+        return {"object": "list", "data": data, "model": model,
                 "usage": {"prompt_tokens": prompt, "total_tokens": prompt}}
 
     @staticmethod

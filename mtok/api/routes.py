@@ -8,7 +8,7 @@ that the transport holds only the transport.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .connections import ConnectionWatch
 from .validate import APIError, parse_json
@@ -43,9 +43,36 @@ class EventStream:
             close()
 
 
-def route(method: str, *paths: str) -> Callable:
+@dataclass
+class Pending:
+    """A route's answer still in flight: ``render`` makes the body from the final
+    states of ``handle``'s requests (``handle.results()``).
+
+    A route that returns one does not wait; the transport waits in its own way.
+    A handler thread blocks in :meth:`wait`; the event loop
+    (:mod:`mtok.api.loop`) is woken when the handle's mailbox fills.  Either way
+    the transport owns the handle from here on and closes it.
+    """
+
+    handle: Any
+    render: Callable[[List[Any]], Any]
+
+    def wait(self) -> Any:
+        with self.handle:
+            return self.render(self.handle.results())
+
+
+def route(method: str, *paths: str, inline: bool = False) -> Callable:
+    """Mark an app method as the handler of ``method`` on ``paths``.
+
+    ``inline=True`` promises that the handler never blocks: it answers at once
+    or returns a :class:`Pending`, unless the request asks for a stream (its
+    JSON body has a true ``"stream"``).  Such handlers may run in the event
+    loop's thread; the others always run in a thread of their own."""
     def mark(fn: Callable) -> Callable:
         fn.__dict__.setdefault("routes", []).extend((method, p) for p in paths)
+        if inline:
+            fn.inline = True
         return fn
 
     return mark

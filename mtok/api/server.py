@@ -9,12 +9,10 @@ chunked encoding.  Every error, its own included, is a JSON body.
 
 from __future__ import annotations
 
-import email.utils
 import hmac
 import http.server
-import json
+import io
 import logging
-import os
 import socket
 import socketserver
 import threading
@@ -29,36 +27,21 @@ from .framing import (
     NO_BODY,
     FramingError,
     Headers,
-    body_framing,
-    connection_options,
-    crlf_line,
     field,
+    head_framing,
     is_json_type,
+    parse_request_line,
     read_chunked,
     read_exact,
     read_headers,
 )
+from .respond import JSON, JSON_TYPE, TEXT_TYPE, body_fields, encode_result, json_body, refuse, response_head
 from ..wire.metrics import Metrics
-from .routes import OPEN_PATHS, EventStream, Request, Response, collect_routes, find_route, route  # noqa: F401
+from .routes import OPEN_PATHS, EventStream, Pending, Request, Response, collect_routes, find_route, route  # noqa: F401
 from ..managers.request_handle import ClientDisconnected
 from .validate import APIError
 
 logger = logging.getLogger(__name__)
-
-
-_JSON = json.JSONEncoder(ensure_ascii=False)  # one encoder, not one per response
-_PID = [os.getpid()]  # this worker's pid, for the X-Mtok-Worker header
-
-
-_date_cache: list = [0, ""]
-
-
-def http_date() -> str:
-    """The Date header, formatted once a second rather than once a response."""
-    now = int(time.time())
-    if _date_cache[0] != now:
-        _date_cache[:] = [now, email.utils.formatdate(now, usegmt=True)]
-    return _date_cache[1]
 
 
 class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -89,34 +72,51 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.in_flight = 0  # requests being handled (idle keep-alive connections don't count)
         self.served = 0
         self._count_lock = threading.Lock()
+        self._read_ahead: Dict[socket.socket, bytes] = {}  # bytes the event loop read before handing over
 
     def service_actions(self) -> None:
         if self.tick is not None:
             self.tick()
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """One thread per connection, up to ``max_connections``; past that the
-        connection gets a 503 at once, so a flood cannot grow the thread count."""
+    def admit(self, sock: socket.socket) -> bool:
+        """Count a new connection, up to ``max_connections``; past that it gets a
+        503 at once (and False), so a flood cannot grow the thread count."""
         with self._count_lock:
             full = self.connections >= self.max_connections
             if not full:
                 self.connections += 1
         if full:
-            _refuse(request, self.max_connections)
-            return
+            refuse(sock, self.max_connections)
+        return not full
+
+    def release(self) -> None:
+        """Uncount a connection closed outside a handler thread (by the event loop)."""
+        with self._count_lock:
+            self.connections -= 1
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """One thread per connection (see :meth:`admit`)."""
+        if self.admit(request):
+            self.serve_connection(request, client_address)
+
+    def serve_connection(self, sock: socket.socket, client_address: Any, read_ahead: bytes = b"") -> None:
+        """Serve an admitted connection in a thread of its own, from its first
+        request on; ``read_ahead`` are bytes already read from it (the event loop
+        hands over a connection this way), read again before the socket's."""
+        if read_ahead:
+            self._read_ahead[sock] = read_ahead
         try:
-            super().process_request(request, client_address)
+            super().process_request(sock, client_address)
         except BaseException:
-            with self._count_lock:
-                self.connections -= 1
+            self._read_ahead.pop(sock, None)
+            self.release()
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            with self._count_lock:
-                self.connections -= 1
+            self.release()
 
     def count(self, delta: int) -> None:
         with self._count_lock:
@@ -140,6 +140,9 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.timeout = self.server.read_timeout
         super().setup()
+        read_ahead = self.server._read_ahead.pop(self.connection, None)
+        if read_ahead:
+            self.rfile = io.BufferedReader(ReadAhead(read_ahead, self.connection))
 
     # http.server calls do_<METHOD>; every method goes through dispatch.
     def do_GET(self) -> None:
@@ -181,20 +184,10 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         return True
 
     def _parse_head(self) -> None:
-        words = crlf_line(self.raw_requestline, "the request line").decode("iso-8859-1").split(" ")
-        if len(words) != 3 or not words[2].startswith("HTTP/") or not all(words):
-            raise FramingError(f"bad request line {self.requestline[:100]!r}")
-        command, path, version = words
-        if version not in ("HTTP/1.1", "HTTP/1.0"):
-            raise FramingError(f"unsupported HTTP version in {self.requestline[:100]!r}; use HTTP/1.1 or HTTP/1.0")
-        self.command, self.request_version = command, version
-        self.path = "/" + path.lstrip("/") if path.startswith("//") else path
-        headers = self.headers = read_headers(self.rfile)
-        if version == "HTTP/1.1" and not field(headers, "host"):
-            raise FramingError("HTTP/1.1 requests need a Host header")
-        self.framing, self.body_length = body_framing(headers, version, self.server.max_body)
-        options = connection_options(headers)
-        self.close_connection = "close" in options or (version == "HTTP/1.0" and "keep-alive" not in options)
+        self.command, self.path, self.request_version = parse_request_line(self.raw_requestline)
+        self.headers = read_headers(self.rfile)
+        self.framing, self.body_length, self.close_connection = head_framing(
+            self.headers, self.request_version, self.server.max_body)
         self.body_done = self.framing == NO_BODY
 
     def dispatch(self) -> None:
@@ -225,7 +218,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
                 self.read_body()
                 return self.send_text("", 204, self.cors_headers(preflight=True))
             if self.server.api_key is not None and path not in OPEN_PATHS:
-                self.check_api_key()
+                check_api_key(self.headers, self.server.api_key)
             methods = find_route(self.server.routes, path)
             if methods is None:
                 raise APIError(f"no route for {path!r}", 404)
@@ -281,13 +274,6 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             out["Access-Control-Max-Age"] = "600"
         return out
 
-    def check_api_key(self) -> None:
-        auth = self.headers.get("Authorization", "")
-        scheme, _, token = auth.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.server.api_key):
-            raise APIError("a valid API key is required (Authorization: Bearer <key>)", 401,
-                           headers={"WWW-Authenticate": "Bearer"})
-
     def read_body(self) -> bytes:
         """The body, as framed by the head (checked in parse_request).  The
         client is told to go on (100 Continue) only now, when the request has
@@ -309,28 +295,24 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
 
     # -- writing ---------------------------------------------------------------------
     def write(self, result: Any) -> None:
+        if isinstance(result, Pending):
+            result = result.wait()
         if isinstance(result, EventStream):
             try:
                 self.send_events(result)
             finally:  # the writer owns a stream's handle: what a client left mid-stream is aborted
                 result.close()
-        elif isinstance(result, Response) and isinstance(result.body, str):
-            self.send_text(result.body, result.status, result.headers)
-        elif isinstance(result, Response):
-            self.send_json(result.body, result.status, result.headers)
         else:
-            self.send_json(result)
+            self.send_body(*encode_result(result))
 
     def send_json(self, body: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> None:
-        self.send_text(_JSON.encode(body), status, headers, "application/json")
+        self.send_body(status, json_body(body), JSON_TYPE, headers)
 
-    def send_text(self, text: str, status: int = 200, headers: Optional[Dict[str, str]] = None,
-                  content_type: str = "text/plain; charset=utf-8") -> None:
-        data = text.encode()
-        if headers and "Content-Type" in headers:
-            headers = dict(headers)
-            content_type = headers.pop("Content-Type")
-        head = self._head(status, f"Content-Type: {content_type}\r\nContent-Length: {len(data)}\r\n", headers)
+    def send_text(self, text: str, status: int = 200, headers: Optional[Dict[str, str]] = None) -> None:
+        self.send_body(status, text.encode(), TEXT_TYPE, headers)
+
+    def send_body(self, status: int, data: bytes, content_type: str, headers: Optional[Dict[str, str]]) -> None:
+        head = self._head(status, body_fields(data, content_type), headers)
         # one send, past the buffered writer (empty: a 100 Continue is flushed at once)
         self.connection.sendall(head if self.command == "HEAD" else head + data)
 
@@ -343,11 +325,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         if self.server.cors and isinstance(getattr(self, "headers", None), Headers) and \
                 "Access-Control-Allow-Origin" not in (headers or {}):
             headers = {**(headers or {}), **self.cors_headers()}
-        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items()) if headers else ""
-        if self.close_connection:
-            extra += "Connection: close\r\n"
-        return (f"{self.protocol_version} {status} {self.responses.get(status, ('',))[0]}\r\nServer: mtok\r\n"
-                f"Date: {http_date()}\r\n{fields}X-Mtok-Worker: {_PID[0]}\r\n{extra}\r\n").encode("latin-1")
+        return response_head(self.protocol_version, status, fields, headers, self.close_connection)
 
     def send_events(self, stream: EventStream) -> None:
         """The stream as server-sent events; :meth:`write`, its owner, closes it."""
@@ -360,7 +338,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         write, flush = self.wfile.write, self.wfile.flush
         write(self._head(200, fields, stream.headers))
         for ev in stream.events:
-            data = ev if isinstance(ev, str) else _JSON.encode(ev)
+            data = ev if isinstance(ev, str) else JSON.encode(ev)
             payload = b"data: " + data.encode() + b"\n\n"
             if chunked:
                 write(b"%x\r\n%s\r\n" % (len(payload), payload))
@@ -389,14 +367,26 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             logger.debug("%s %s", self.address_string(), format % args)
 
 
-def _refuse(sock: socket.socket, limit: int) -> None:
-    body = json.dumps(APIError(f"too many connections (the limit is {limit} per worker)", 503).body()).encode()
-    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
-            "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
-    try:
-        sock.settimeout(1.0)
-        sock.sendall(head + body)
-    except OSError:
-        pass
-    finally:
-        sock.close()
+def check_api_key(headers: Headers, key: bytes) -> None:
+    """401 unless the request carries ``Authorization: Bearer <key>``."""
+    scheme, _, token = headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key):
+        raise APIError("a valid API key is required (Authorization: Bearer <key>)", 401,
+                       headers={"WWW-Authenticate": "Bearer"})
+
+
+class ReadAhead(io.RawIOBase):
+    """A socket's reading side with bytes already read from it put back in front."""
+
+    def __init__(self, data: bytes, sock: socket.socket):
+        self._data, self._sock = memoryview(data), sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._data:
+            n = min(len(buffer), len(self._data))
+            buffer[:n], self._data = self._data[:n], self._data[n:]
+            return n
+        return self._sock.recv_into(buffer)

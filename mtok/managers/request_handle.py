@@ -118,27 +118,53 @@ class RequestHandle:
         if self.first is not None:
             st, self.first = self.first, None
             return st
-        done, seen, total = self.done, self.seen, len(self.states)  # locals: this runs once per update
+        done, total = self.done, len(self.states)
         while len(done) < total and not self.closed:
             st = self._wait()
             if st is None:  # the wait ended empty: the deadline, or time to watch the connection
-                if time.monotonic() >= self.deadline:
-                    self._expire()
+                self.check_deadline()
                 continue
-            if st is _DISCONNECTED:
-                raise ClientDisconnected()
-            st.queued = False
-            rid = st.rid
-            if rid in done:
-                continue
-            if st.finished_reason is not None:
-                done.add(rid)
-                return st
-            mark = (len(st.text), len(st.output_ids))
-            if seen.get(rid) != mark:  # else notified again before it changed (a benign race)
-                seen[rid] = mark
+            st = self._take(st)
+            if st is not None:
                 return st
         raise StopIteration
+
+    def _take(self, st: Any) -> Optional[ReqState]:
+        """One item from the mailbox: the state if it is news, else None."""
+        if st is _DISCONNECTED:
+            raise ClientDisconnected()
+        st.queued = False
+        rid = st.rid
+        if rid in self.done:
+            return None
+        if st.finished_reason is not None:
+            self.done.add(rid)
+            return st
+        mark = (len(st.text), len(st.output_ids))
+        if self.seen.get(rid) != mark:  # else notified again before it changed (a benign race)
+            self.seen[rid] = mark
+            return st
+        return None
+
+    def drain(self) -> bool:
+        """Take in, without waiting, whatever the mailbox holds; True once every
+        request has finished.  A refused or failed request raises its APIError, as
+        :meth:`results` does.  For a caller told when the mailbox fills (the event
+        loop, whose watch makes the mailbox) rather than one that waits on it;
+        after True, ``states`` are the results, in request order."""
+        mailbox = self.mailbox
+        while not mailbox.empty():
+            st = self._take(mailbox.get_nowait())
+            if st is not None and st.finished_reason is not None:
+                err = st.error()
+                if err is not None:
+                    raise err
+        return self.finished
+
+    def check_deadline(self) -> None:
+        """Past the server-side deadline, fail what is unfinished (504)."""
+        if time.monotonic() >= self.deadline:
+            self._expire()
 
     @property
     def finished(self) -> bool:

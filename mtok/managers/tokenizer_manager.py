@@ -100,16 +100,19 @@ class TokenizerManager:
         return models
 
     # -- the runner's pair -----------------------------------------------------------
-    def start(self) -> "TokenizerManager":
-        """Bind the inbox, open the sender (unless an outbox was given) and
-        start the receiver thread.  Returns self; :meth:`close` undoes it."""
+    def start(self, receive_thread: bool = True) -> "TokenizerManager":
+        """Bind the inbox, open the sender (unless an outbox was given) and start
+        the receiver thread; without it (``receive_thread=False``) the caller
+        calls :meth:`receive_ready` whenever ``recv_from_detokenizer`` is
+        readable (the HTTP event loop does).  Returns self; :meth:`close` undoes it."""
         receiver = Receiver(self.inbox, self.authkey)
         self.recv_from_detokenizer = receiver
         if self.send_to_scheduler is None:
             self.send_to_scheduler = self.make_sender()
-        self._receiver_thread = threading.Thread(target=self.receive_loop, args=(receiver,), name="tm-recv",
-                                                 daemon=True)
-        self._receiver_thread.start()
+        if receive_thread:
+            self._receiver_thread = threading.Thread(target=self.receive_loop, args=(receiver,), name="tm-recv",
+                                                     daemon=True)
+            self._receiver_thread.start()
         return self
 
     def close(self) -> None:
@@ -126,6 +129,13 @@ class TokenizerManager:
     def receive_loop(self, receiver: Receiver) -> None:
         while self.recv_from_detokenizer is receiver:
             for msg in receiver.recv_all():
+                self.handle_message(msg)
+
+    def receive_ready(self) -> None:
+        """Take in what has arrived, without waiting."""
+        receiver = self.recv_from_detokenizer
+        if receiver is not None:
+            for msg in receiver.recv_all(0):
                 self.handle_message(msg)
 
     # -- routing hooks (TokenizerWorker overrides these) ---------------------------
@@ -200,7 +210,7 @@ class TokenizerManager:
               ) -> RequestHandle:
         """Register a state per request, make the handle, send; a failed send
         closes the handle (aborting what went out) before the error is raised."""
-        mailbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        mailbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue() if watch is None else watch.new_mailbox()
         states = []
         taken = set()
         for i, r in enumerate(reqs):

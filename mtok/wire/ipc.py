@@ -15,6 +15,7 @@ Several messages ready at once cross in one system call each way: a
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -30,7 +31,7 @@ from multiprocessing.connection import (
     answer_challenge,
     deliver_challenge,
 )
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import finish, io_struct
 from .frames import Frames, pack, write_all
@@ -73,7 +74,10 @@ class Receiver:
         self._joined: List[Connection] = []  # authenticated, not yet picked up by the reader
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
-        self._poll = select.poll()
+        # epoll where there is one: its own descriptor is readable when a message
+        # waits, so an event loop can wait on this receiver among its sockets (fileno)
+        self._epoll = hasattr(select, "epoll")
+        self._poll: Any = select.epoll() if self._epoll else select.poll()
         self._poll.register(self._wake_r, select.POLLIN)
         self._closed = False
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -84,6 +88,12 @@ class Receiver:
     @property
     def peer_count(self) -> int:
         return len(self._conns) + len(self._joined)
+
+    def fileno(self) -> int:
+        """A descriptor that is readable when :meth:`recv_all` has something (Linux)."""
+        if not self._epoll:
+            raise OSError("this platform has no epoll: call recv_all from a thread of its own")
+        return self._poll.fileno()
 
     def _accept_loop(self) -> None:
         while not self._closed:
@@ -154,12 +164,12 @@ class Receiver:
         read(), however many messages it wrote (see :mod:`mtok.wire.frames`).
         Call it from one thread only."""
         out: List[bytes] = []
-        wait_ms = None if timeout is None else timeout * 1000.0
+        wait = None if timeout is None else timeout if self._epoll else timeout * 1000.0  # poll counts ms
         for _ in range(MAX_DRAIN_ROUNDS):
             if self._closed:
                 break
             try:
-                events = self._poll.poll(wait_ms)
+                events = self._poll.poll(wait)
             except (OSError, ValueError, RuntimeError):  # closed under us
                 break
             if not events:
@@ -177,7 +187,7 @@ class Receiver:
                     self._drop(fd)
             if not out:
                 break
-            wait_ms = 0  # take what else is already there, then hand it over
+            wait = 0  # take what else is already there, then hand it over
         return out
 
     def recv_all(self, timeout: Optional[float] = None) -> List[Any]:
@@ -210,6 +220,8 @@ class Receiver:
                 os.close(fd)
             except OSError:
                 pass
+        if self._epoll:
+            self._poll.close()
         try:
             os.unlink(self.name)
         except OSError:
@@ -282,6 +294,9 @@ class SharedSender:
 
     def send(self, obj: Any) -> None:
         self._queue.put((dumps(obj), obj))
+        self._write_queued()
+
+    def _write_queued(self) -> None:
         while self._writing.acquire(blocking=False):
             try:
                 self._flush()
@@ -289,6 +304,18 @@ class SharedSender:
                 self._writing.release()
             if self._queue.empty():  # else whatever was queued meanwhile: write it, or see another writing it
                 return
+
+    @contextlib.contextmanager
+    def corked(self) -> Iterator[None]:
+        """Hold the writes for the ``with`` block: what is sent meanwhile, by any
+        thread, goes out in one write at its end.  The event loop holds it over
+        each turn, so that the requests of one turn are one message to the router."""
+        with self._writing:
+            try:
+                yield
+            finally:
+                self._flush()
+        self._write_queued()  # what was queued after that flush
 
     def _flush(self) -> None:
         batch = []
@@ -328,6 +355,9 @@ class SenderWrapper:
         elif isinstance(obj, io_struct.BaseBatchReq):
             obj.worker_addresses = [self.worker_address] * len(obj.rids)
         self.sender.send(obj)
+
+    def corked(self) -> Any:
+        return self.sender.corked()
 
     def close(self) -> None:
         self.sender.close()

@@ -19,7 +19,9 @@ from typing import List, Optional
 from .args import SHM_PREFIX, attach_shm, create_shm
 
 _HEADER = struct.Struct("<4sHHBxxxIQ")  # magic, version, nslots, state, restarts, started_ns
-_SLOT = struct.Struct("<IBxxxQQ128s")  # pid, state, heartbeat_ns, served, IPC name
+_SLOT = struct.Struct("<IBxHQQ128s")  # pid, state, open connections, heartbeat_ns, served, IPC name
+_STATE_CONNS = struct.Struct("<BxH")
+FRESH_HEARTBEAT = 1.0  # seconds: a worker whose heartbeat is older is not counted on to accept
 HEADER_SIZE = 64
 SLOT_SIZE = 16384  # room after the fixed fields for the process's metrics snapshot
 SLOT_EXTRA = SLOT_SIZE - _SLOT.size
@@ -118,7 +120,7 @@ class StatusBoard:
         """Give a slot to a new process; its counters start from zero."""
         off = self._offset(index)
         self.buf[off : off + SLOT_SIZE] = bytes(SLOT_SIZE)
-        _SLOT.pack_into(self.buf, off, pid, state, time.monotonic_ns(), 0, name.encode()[:128])
+        _SLOT.pack_into(self.buf, off, pid, state, 0, time.monotonic_ns(), 0, name.encode()[:128])
 
     def set_state(self, index: int, state: SlotState) -> None:
         struct.pack_into("<B", self.buf, self._offset(index) + 4, state)
@@ -129,13 +131,26 @@ class StatusBoard:
     def set_served(self, index: int, n: int) -> None:
         struct.pack_into("<Q", self.buf, self._offset(index) + 16, n)
 
+    def fewest_connections(self, index: int, n: int) -> bool:
+        """Publish that worker ``index`` holds ``n`` open connections, and say
+        whether no other live worker (ready, heartbeat fresh) holds fewer."""
+        struct.pack_into("<H", self.buf, self._offset(index) + 6, min(n, 0xFFFF))
+        now = time.monotonic_ns()
+        for i in range(FIRST_WORKER_SLOT, self.nslots):
+            off = self._offset(i)
+            state, conns = _STATE_CONNS.unpack_from(self.buf, off + 4)
+            if conns < n and state == SlotState.READY and \
+                    now - struct.unpack_from("<Q", self.buf, off + 8)[0] < FRESH_HEARTBEAT * 1e9:
+                return False
+        return True
+
     def extra(self, index: int) -> memoryview:
         """The slot's free area, for the owning process's own counters."""
         off = self._offset(index) + _SLOT.size
         return self.buf[off : off + SLOT_EXTRA]
 
     def slot(self, index: int) -> SlotInfo:
-        pid, state, hb, served, name = _SLOT.unpack_from(self.buf, self._offset(index))
+        pid, state, _, hb, served, name = _SLOT.unpack_from(self.buf, self._offset(index))
         age = (time.monotonic_ns() - hb) / 1e9
         return SlotInfo(index, pid, SlotState(state), age, served, name.rstrip(b"\0").decode())
 

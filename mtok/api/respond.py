@@ -1,0 +1,84 @@
+"""The bytes of a response, shared by both transports: the handler threads of
+:mod:`mtok.api.server` and the event loop of :mod:`mtok.api.loop`.
+
+A response goes out as one piece (head and body together, one ``send``), its
+head written directly rather than a header at a time through ``http.server``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.server
+import json
+import os
+import socket
+import time
+from typing import Any, Dict, Optional, Tuple
+
+from .routes import Response
+from .validate import APIError
+
+JSON_TYPE = "application/json"
+TEXT_TYPE = "text/plain; charset=utf-8"
+
+JSON = json.JSONEncoder(ensure_ascii=False)  # one encoder, not one per response
+PHRASES = {code: phrase for code, (phrase, _) in http.server.BaseHTTPRequestHandler.responses.items()}
+_PID = [os.getpid()]  # this worker's pid, for the X-Mtok-Worker header
+
+_date_cache: list = [0, ""]
+
+
+def http_date() -> str:
+    """The Date header, formatted once a second rather than once a response."""
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache[:] = [now, email.utils.formatdate(now, usegmt=True)]
+    return _date_cache[1]
+
+
+def response_head(version: str, status: int, fields: str, headers: Optional[Dict[str, str]], close: bool) -> bytes:
+    """The status line and headers in one piece.  ``fields`` are header lines
+    already written (``Content-Type``...); ``close`` adds ``Connection: close``."""
+    extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items()) if headers else ""
+    if close:
+        extra += "Connection: close\r\n"
+    return (f"{version} {status} {PHRASES.get(status, '')}\r\nServer: mtok\r\n"
+            f"Date: {http_date()}\r\n{fields}X-Mtok-Worker: {_PID[0]}\r\n{extra}\r\n").encode("latin-1")
+
+
+def body_fields(data: bytes, content_type: str) -> str:
+    return f"Content-Type: {content_type}\r\nContent-Length: {len(data)}\r\n"
+
+
+def json_body(value: Any) -> bytes:
+    return JSON.encode(value).encode()
+
+
+def encode_result(result: Any) -> Tuple[int, bytes, str, Optional[Dict[str, str]]]:
+    """(status, body, content type, headers) of what a route returned (a
+    :class:`~mtok.api.routes.Response` or a JSON value) or of an APIError."""
+    if isinstance(result, APIError):
+        return result.status, json_body(result.body()), JSON_TYPE, result.headers
+    if not isinstance(result, Response):
+        return 200, json_body(result), JSON_TYPE, None
+    headers = result.headers
+    content_type = TEXT_TYPE if isinstance(result.body, str) else JSON_TYPE
+    if headers and "Content-Type" in headers:
+        headers = dict(headers)
+        content_type = headers.pop("Content-Type")
+    data = result.body.encode() if isinstance(result.body, str) else json_body(result.body)
+    return result.status, data, content_type, headers
+
+
+def refuse(sock: socket.socket, limit: int) -> None:
+    """Answer a connection past ``--max-connections`` with 503, and close it."""
+    body = json.dumps(APIError(f"too many connections (the limit is {limit} per worker)", 503).body()).encode()
+    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+            "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
+    try:
+        sock.settimeout(1.0)
+        sock.sendall(head + body)
+    except OSError:
+        pass
+    finally:
+        sock.close()
