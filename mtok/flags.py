@@ -137,6 +137,9 @@ SETTINGS: Tuple[Setting, ...] = (
        doc_default="16 MiB", doc="largest request body (413 beyond)"),
     _S(("--max-connections",), "open client connections per worker; more get 503 (default: %(default)s)", 1024,
        int, check=positive, doc="open client connections per worker (503 beyond)"),
+    _S(("--http-threads-only",), "serve every request from a thread per connection, without the event loop "
+       "that serves plain requests (default: off; the loop needs Linux's epoll)", False, action="store_true",
+       doc="no event loop: a thread per connection serves every request (see the README's architecture)"),
     # -- access -------------------------------------------------------------------------------------------
     _S(("--api-key",), "require 'Authorization: Bearer KEY' on all endpoints but /health (visible to ps: prefer "
        f"--api-key-file or {API_KEY_ENV})",

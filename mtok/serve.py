@@ -38,6 +38,7 @@ from .wire.args import (
     unlink_shm,
     write_args,
 )
+from .api import loop as http_loop
 from .api.listen import claim_reuseport, make_listen_socket, reuseport_available
 from .wire.io_struct import ServerFailure
 from .wire.ipc import ipc_name
@@ -201,7 +202,7 @@ class Arbiter:
 
         self.board.claim(FIRST_WORKER_SLOT, self.pid)
         try:
-            tm = TokenizerManager(self.args, self.port_args, self.authkey).start()
+            tm = TokenizerManager(self.args, self.port_args, self.authkey).start(not http_loop.enabled(self.args))
         except Exception as e:
             raise BootError(f"the tokenizer manager failed to start: {type(e).__name__}: {e}") from None
         self.frontend = HttpFrontend(tm, self.board, FIRST_WORKER_SLOT, self.listen_sock, self.args)

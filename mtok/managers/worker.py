@@ -9,6 +9,7 @@ serves, drains, and closes it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import socket
@@ -18,6 +19,7 @@ from typing import Callable, Optional
 
 from ..api.native import Api
 from ..wire.args import ServerArgs, read_args
+from ..api import loop
 from ..api.server import HTTPServer
 from ..api.listen import make_listen_socket
 from ..wire.metrics import publish
@@ -38,6 +40,11 @@ class HttpFrontend:
         self.board, self.slot = board, slot
         self.httpd.tick = self.tick
         self.httpd.cors = frozenset(args.cors_allow_origins or ())
+        self.loop: Optional[loop.EventLoop] = None
+        if loop.enabled(args):  # the tokenizer manager was started without its receiver thread
+            corked = getattr(tm.send_to_scheduler, "corked", None)
+            self.loop = loop.EventLoop(self.httpd, corked, functools.partial(board.fewest_connections, slot))
+            self.loop.add_reader(tm.recv_from_detokenizer.fileno(), tm.receive_ready)
         self._thread: Optional[threading.Thread] = None
 
     def tick(self) -> None:
@@ -52,14 +59,15 @@ class HttpFrontend:
             self.tm.fail_all(self.board.failure_message())
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.25}, name="http", daemon=True
-        )
+        serve = self.httpd.serve_forever if self.loop is None else self.loop.serve_forever
+        self._thread = threading.Thread(target=serve, kwargs={"poll_interval": 0.25}, name="http", daemon=True)
         self._thread.start()
 
     def stop_accepting(self) -> None:
         self.httpd.draining = True
-        if self._thread is not None:
+        if self._thread is not None and self.loop is not None:
+            self.loop.stop_accepting()
+        elif self._thread is not None:
             self.httpd.shutdown()
         try:
             self.sock.close()
@@ -97,7 +105,7 @@ def run_tokenizer_worker_process(
     server_args, port_args = read_args(shm_name)
     with ChildBoot(f"worker-{slot - FIRST_WORKER_SLOT}", parent_pid, ready_conn, server_args.log_level):
         board = StatusBoard.attach(status_name)
-        tm = TokenizerWorker(server_args, port_args, authkey, worker_address).start()
+        tm = TokenizerWorker(server_args, port_args, authkey, worker_address).start(not loop.enabled(server_args))
         sock = shared_sock or make_listen_socket(server_args.host, server_args.port, reuseport=True)
         front = HttpFrontend(tm, board, slot, sock, server_args)
     stop = threading.Event()

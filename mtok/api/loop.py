@@ -1,0 +1,381 @@
+"""The event loop in front of the handler threads: one thread waits on every
+connection at once and serves the common request whole.
+
+Why.  With a thread per connection (:mod:`mtok.api.server`) every request
+wakes its thread twice, once for its bytes and once for its result, and each
+wake-up costs a context switch and a GIL hand-off: about a third of a worker's
+CPU per request at two workers on two cores (docs/benchmarks.md).  One thread
+that waits on all the sockets (epoll) and on the results is woken once for
+many requests.
+
+What the loop serves itself: a request whose head and ``Content-Length`` body
+(at most ``INLINE_MAX_BODY``) have arrived, for a route marked ``inline``
+(:func:`mtok.api.routes.route`), that does not ask for a stream.  The route
+runs in the loop's thread; a :class:`~mtok.api.routes.Pending` answer is
+written when its handle's mailbox (made by :class:`LoopWatch`) says the
+results are in.
+
+What it hands over: everything else (streams, chunked bodies, ``Expect``,
+CORS, a failed API key, routes that wait on the scheduler, bodies too large
+to tokenize without stalling the loop, framing it would refuse, a server
+draining).  :meth:`HTTPServer.serve_connection
+<mtok.api.server.HTTPServer.serve_connection>` gets the connection with the
+bytes already read, and a handler thread serves it from that request on, as
+if it had accepted it.  So every refusal is written by one code path, and the
+loop needs no parser of its own: it calls the same functions of
+:mod:`mtok.api.framing`.
+
+Lifecycle (``socketserver``'s steps): construct (nothing runs), then
+:meth:`EventLoop.serve_forever` in a thread; :meth:`EventLoop.stop_accepting`
+from another thread stops new connections, while those open are served on.
+Linux only: a waiting request is watched for its client's hang-up with
+EPOLLRDHUP, which pipelined bytes do not mask.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import select
+import socket
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, Optional
+
+from ..managers.request_handle import WATCH_AFTER, ClientDisconnected
+from . import inline
+from .loop_conn import READING, WAITING, WRITING, Conn, LoopWatch
+from .respond import body_fields, encode_result, response_head
+from .routes import EventStream, Pending, Request
+from .validate import APIError
+
+logger = logging.getLogger(__name__)
+
+AVAILABLE = hasattr(select, "epoll") and hasattr(select, "EPOLLRDHUP")
+RECV_SIZE = 256 << 10
+PAUSED_POLL = 0.001  # seconds a worker that holds more connections than another leaves a new one to it
+
+
+def enabled(args: Any) -> bool:
+    """Does a worker with these settings serve through the loop?"""
+    return AVAILABLE and not args.http_threads_only
+
+
+class EventLoop:
+    """Serve ``httpd``'s listening socket from one thread (see the module's docstring).
+
+    ``httpd`` is the :class:`~mtok.api.server.HTTPServer` whose routes, limits,
+    counters and handler threads the loop shares.  ``corked``, if given, makes
+    the context each turn runs in: the TokenizerManager's sender holds the
+    messages the turn's requests send and writes them together at its end
+    (:meth:`SharedSender.corked <mtok.wire.ipc.SharedSender.corked>`).
+
+    ``fewest``, if given, is told this worker's open connections and says
+    whether it holds the fewest of the workers sharing the listening socket.
+    Only then does the loop accept; else it stops watching the socket for a
+    moment (``PAUSED_POLL``), while the others take their turn.  Without this, loops on one
+    socket leave every connection to whichever wakes first: a loop is waiting
+    on epoll, so "idle", however many connections it holds (a handler thread
+    per connection spread them by itself).
+    """
+
+    def __init__(self, httpd: Any, corked: Optional[Callable[[], Any]] = None,
+                 fewest: Optional[Callable[[int], bool]] = None):
+        self.httpd = httpd
+        self.corked = corked or contextlib.nullcontext
+        self.fewest = fewest
+        self._paused = False  # the listening socket is not watched, for now
+        self.conns: Dict[int, Conn] = {}
+        self.woken: Deque[Conn] = collections.deque()  # conns whose mailbox was filled
+        self.again: Deque[Conn] = collections.deque()  # conns with a next request already buffered
+        self._signalled = False
+        self._accepting = True
+        self._accept_stopped = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._readers: Dict[int, Callable[[], None]] = {}
+        self._thread: Optional[int] = None  # the loop thread's ident, once it runs
+        self.epoll: Any = None
+
+    def add_reader(self, fd: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` in the loop's thread whenever ``fd`` is readable
+        (before :meth:`serve_forever`).  The TokenizerManager's inbox is read so,
+        with no thread of its own: the results are taken in where they are written."""
+        self._readers[fd] = callback
+
+    # -- lifecycle -------------------------------------------------------------------
+    def serve_forever(self, poll_interval: float = 0.25) -> None:
+        listener = self.httpd.socket
+        listener.setblocking(False)
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        ep = self.epoll = select.epoll()
+        ep.register(listener.fileno(), select.EPOLLIN)
+        ep.register(self._wake_r.fileno(), select.EPOLLIN)
+        for fd in self._readers:
+            ep.register(fd, select.EPOLLIN)
+        self._thread = threading.get_ident()
+        next_tick = 0.0
+        while True:
+            # no wait while something is ready: a pipelined request, news put after the last turn's run
+            events = ep.poll(0 if self.woken or self.again else PAUSED_POLL if self._paused else poll_interval)
+            self._resume_accepting()
+            with self.corked():
+                for fd, ev in events:
+                    self._event(fd, ev)
+                self._run_ready()
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + poll_interval
+                self.httpd.service_actions()
+                self._sweep(now)
+
+    def stop_accepting(self, timeout: float = 5.0) -> None:
+        """Take no more connections (any thread); those open are served on."""
+        self._accepting = False
+        if self.epoll is None:
+            return
+        self._signal()
+        self._accept_stopped.wait(timeout)
+
+    def wake(self, conn: Conn) -> None:
+        """``conn``'s mailbox has news (any thread)."""
+        self.woken.append(conn)
+        if not self._signalled and threading.get_ident() != self._thread:
+            self._signal()
+
+    def _signal(self) -> None:
+        self._signalled = True
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:  # full: a wake-up is pending anyway
+            pass
+
+    # -- events ----------------------------------------------------------------------
+    def _event(self, fd: int, ev: int) -> None:
+        conn = self.conns.get(fd)
+        if conn is None:
+            reader = self._readers.get(fd)
+            if reader is not None:
+                reader()
+            elif fd == self._wake_r.fileno():
+                self._signalled = False  # before the woken are run: a later wake signals again
+                try:
+                    self._wake_r.recv(4096)
+                except OSError:
+                    pass
+            else:
+                self._accept()
+        elif conn.state == READING:
+            self._read(conn)
+        elif conn.state == WRITING and not ev & (select.EPOLLHUP | select.EPOLLERR):
+            self._flush(conn)
+        elif conn.state == WAITING and not ev & (select.EPOLLHUP | select.EPOLLERR) \
+                and time.monotonic() - conn.started < WATCH_AFTER:
+            # Shut for writing only, early: as a handler thread would, wait WATCH_AFTER
+            # before taking that for a hang-up; a quick answer still goes out (see _sweep).
+            self.epoll.modify(conn.fd, 0)
+            conn.watched = False
+        else:  # a hang-up while waiting, or a write the client will not take
+            self._close(conn)
+
+    def _run_ready(self) -> None:
+        if not self._accepting and not self._accept_stopped.is_set():
+            self._watch_listener(None)
+            self._accept_stopped.set()
+        while self.woken:
+            conn = self.woken.popleft()
+            if conn.state == WAITING and self.conns.get(conn.fd) is conn:
+                self._advance(conn)
+        for _ in range(len(self.again)):  # one request each per turn: a pipelining client waits its turn
+            conn = self.again.popleft()
+            if conn.state == READING and self.conns.get(conn.fd) is conn:
+                self._serve(conn)
+
+    def _accept(self) -> None:
+        """One connection per turn, if this worker holds the fewest (see ``fewest``)."""
+        if self.fewest is not None and not self.fewest(self.httpd.connections):
+            if self._accepting:
+                self._watch_listener(0)
+                self._paused = True
+            return
+        try:
+            sock, addr = self.httpd.socket.accept()
+        except OSError:  # none left (another worker took it), or out of descriptors
+            return
+        if not self.httpd.admit(sock):
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = self.conns[sock.fileno()] = Conn(sock, addr, time.monotonic())
+        self.epoll.register(conn.fd, select.EPOLLIN | select.EPOLLRDHUP)
+        if self.fewest is not None:
+            self.fewest(self.httpd.connections)  # published at once: the others decide by it
+
+    def _resume_accepting(self) -> None:
+        if self._paused and self._accepting:
+            self._paused = False
+            self._watch_listener(select.EPOLLIN)
+
+    def _watch_listener(self, mask: Optional[int]) -> None:
+        """Watch the listening socket for ``mask`` (None: not at all), unless it
+        is closed already (its owner may close it before stop_accepting)."""
+        try:
+            if mask is None:
+                self.epoll.unregister(self.httpd.socket.fileno())
+            else:
+                self.epoll.modify(self.httpd.socket.fileno(), mask)
+        except (OSError, ValueError):
+            pass
+
+    def _read(self, conn: Conn) -> None:
+        try:
+            data = conn.sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # with a request cut short, a thread answers it (400) as it would have
+            return self._hand_over(conn) if conn.buf else self._close(conn)
+        conn.buf += data
+        self._serve(conn)
+
+    def _sweep(self, now: float) -> None:
+        """Deadlines, as the handler threads keep them: a request (and the wait
+        for it on a kept-alive connection) within --http-timeout, each piece of
+        a response taken within it, a request done within --request-timeout."""
+        timeout = self.httpd.read_timeout
+        for conn in list(self.conns.values()):
+            if conn.state == WAITING:
+                if not conn.watched:
+                    conn.watched = True
+                    self.epoll.modify(conn.fd, select.EPOLLRDHUP)  # a half-close still there shows at once
+                conn.pending.handle.check_deadline()  # late: fails with 504, and wakes us
+            elif now - conn.since <= timeout:
+                continue
+            elif conn.state == READING and conn.buf:
+                self._begin(conn, "other", True)
+                self._respond(conn, APIError("the request took too long to arrive", 408))
+            else:
+                if conn.state == WRITING:
+                    logger.warning("%s was too slow to read its response; closing", conn.addr[0])
+                self._close(conn)
+
+    # -- one request -----------------------------------------------------------------
+    def _serve(self, conn: Conn) -> None:
+        """Serve the buffered request if it has all arrived; hand the connection
+        over if it is not one the loop serves (see :mod:`mtok.api.inline`)."""
+        plan = inline.take(self.httpd, conn.buf)
+        if plan is inline.HAND_OVER:
+            self._hand_over(conn)
+        elif plan is not inline.WAIT:
+            plan.request.watch = LoopWatch(self, conn)
+            self._dispatch(conn, plan.handler, plan.request, plan.close)
+
+    def _begin(self, conn: Conn, endpoint: str, close: bool) -> None:
+        self.httpd.count(1)
+        conn.started, conn.endpoint, conn.close, conn.status = time.monotonic(), endpoint, close, 0
+
+    def _dispatch(self, conn: Conn, handler: Any, req: Request, close: bool) -> None:
+        self._begin(conn, req.path if req.path in self.httpd.routes else "other", close)
+        try:
+            result = handler(req)
+        except Exception as e:  # noqa: BLE001 (an APIError, a bug: answered as the threads answer)
+            return self._respond(conn, e)
+        if isinstance(result, Pending):
+            conn.pending, conn.state, conn.watched = result, WAITING, True
+            self.epoll.modify(conn.fd, select.EPOLLRDHUP)  # pipelined bytes wait; a hang-up still shows
+            return self._advance(conn)  # it may have failed or finished already
+        if isinstance(result, EventStream):  # an inline route broke its promise: a bug
+            result.close()
+            result = RuntimeError("an inline route returned a stream it was not asked for")
+        self._respond(conn, result)
+
+    def _advance(self, conn: Conn) -> None:
+        """Take in the waiting request's news; answer once it has all finished."""
+        pending = conn.pending
+        try:
+            if not pending.handle.drain():
+                return
+            result = pending.render(pending.handle.states)
+        except Exception as e:  # noqa: BLE001 (a refusal, a hang-up, a bug)
+            result = e
+        pending.handle.close()
+        conn.pending = None
+        self._respond(conn, result)
+
+    # -- the response ----------------------------------------------------------------
+    def _respond(self, conn: Conn, result: Any) -> None:
+        status, data, content_type, headers = _encode(conn, result)
+        if status is None:  # the client left
+            return self._close(conn)
+        conn.status = status
+        self._send(conn, response_head("HTTP/1.1", status, body_fields(data, content_type), headers, conn.close)
+                   + data)
+
+    def _send(self, conn: Conn, data: Any) -> None:
+        try:
+            sent = conn.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            return self._close(conn)
+        if sent < len(data):
+            conn.out, conn.state, conn.since = memoryview(data)[sent:], WRITING, time.monotonic()
+            self.epoll.modify(conn.fd, select.EPOLLOUT)
+            return
+        self._done(conn)
+
+    def _flush(self, conn: Conn) -> None:
+        data, conn.out = conn.out, None
+        self._send(conn, data)
+
+    def _done(self, conn: Conn) -> None:
+        """The response is out: count it, then close or wait for the next request."""
+        self._finish_request(conn)
+        if conn.close:
+            return self._close(conn)
+        was = conn.state
+        conn.state, conn.since = READING, time.monotonic()
+        if was != READING:
+            self.epoll.modify(conn.fd, select.EPOLLIN | select.EPOLLRDHUP)
+        if conn.buf:
+            self.again.append(conn)
+
+    def _finish_request(self, conn: Conn) -> None:
+        if conn.started is not None:
+            self.httpd.count(-1)
+            self.httpd.metrics.observe_request(conn.endpoint, conn.status, time.monotonic() - conn.started)
+            conn.started = None
+
+    def _close(self, conn: Conn) -> None:
+        if self.conns.pop(conn.fd, None) is not conn:
+            return
+        if conn.pending is not None:
+            conn.pending.handle.close()  # aborts what has not finished
+            conn.pending = None
+        self._finish_request(conn)
+        try:
+            self.epoll.unregister(conn.fd)
+        except OSError:
+            pass
+        conn.sock.close()
+        self.httpd.release()
+
+    def _hand_over(self, conn: Conn) -> None:
+        """A handler thread serves ``conn`` from its buffered request on."""
+        del self.conns[conn.fd]
+        self.epoll.unregister(conn.fd)
+        conn.sock.setblocking(True)
+        self.httpd.serve_connection(conn.sock, conn.addr, bytes(conn.buf))
+
+
+def _encode(conn: Conn, result: Any) -> tuple:
+    """(status, body, content type, headers) of a route's result or of the
+    exception it raised, as a handler thread answers them; status None: the client left."""
+    if isinstance(result, ClientDisconnected):
+        return None, b"", "", None
+    if isinstance(result, Exception) and not isinstance(result, APIError):
+        logger.error("error serving %s", conn.endpoint, exc_info=result)
+        result = APIError(f"internal error: {type(result).__name__}", 500)
+    return encode_result(result)

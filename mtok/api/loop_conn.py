@@ -1,0 +1,70 @@
+"""A client connection the event loop holds (:mod:`mtok.api.loop`), and the
+watch its requests carry, through which their results reach the loop.
+
+A handler thread waits on a request's mailbox; the loop cannot wait on
+anything but its epoll, so a request it serves gets a :class:`LoopMailbox`,
+which tells the loop when a state is put in it, from whichever thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+from typing import TYPE_CHECKING, Any, Optional
+
+from .connections import ConnectionWatch
+from .routes import Pending
+
+if TYPE_CHECKING:
+    from .loop import EventLoop
+
+READING, WAITING, WRITING = "reading", "waiting", "writing"
+
+
+class Conn:
+    """One client connection the loop holds, and the request it is serving."""
+
+    __slots__ = ("sock", "fd", "addr", "buf", "state", "since", "out", "pending", "close", "started", "endpoint",
+                 "status", "watched")
+
+    def __init__(self, sock: socket.socket, addr: Any, now: float):
+        self.sock, self.fd, self.addr = sock, sock.fileno(), addr
+        self.buf = bytearray()
+        self.state, self.since = READING, now  # since: when the state began (its deadline runs from there)
+        self.out: Any = None  # the unsent rest of a response
+        self.pending: Optional[Pending] = None
+        self.close = False  # close once the response is out
+        self.started: Optional[float] = None  # a request is in flight since then
+        self.endpoint, self.status = "other", 0
+        self.watched = True  # while waiting: is a hang-up reported?
+
+
+class LoopMailbox(queue.SimpleQueue):
+    """A request's mailbox that wakes the loop when a state is put in it (from
+    the receiver thread, usually)."""
+
+    def __init__(self, loop: "EventLoop", conn: Conn):
+        self._loop, self._conn = loop, conn
+
+    def put(self, item: Any, block: bool = True, timeout: Optional[float] = None) -> None:
+        super().put(item)
+        self._loop.wake(self._conn)
+
+
+class LoopWatch(ConnectionWatch):
+    """The watch of a request the loop serves: its mailbox wakes the loop, and
+    the loop sees the client's hang-up itself (the epoll it waits on reports it),
+    so ``start`` and ``stop`` have nothing to do; ``gone`` is inherited."""
+
+    def __init__(self, loop: "EventLoop", conn: Conn):
+        super().__init__(loop.httpd.watcher, conn.sock)
+        self._loop, self._conn = loop, conn
+
+    def new_mailbox(self) -> LoopMailbox:
+        return LoopMailbox(self._loop, self._conn)
+
+    def start(self, callback: Any) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
