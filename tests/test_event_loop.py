@@ -146,6 +146,23 @@ def test_two_workers_share_connections_opened_at_once():
         srv.stop()
 
 
+@pytest.mark.timeout(90)
+def test_with_a_socket_each_every_worker_takes_what_the_kernel_gives_it():
+    """--listen-mode reuseport: a connection can only be taken by the worker
+    whose socket it came to, so no worker leaves one to another, whatever they hold."""
+    srv = Server("--tokenizer-worker-num", "2", "--listen-mode", "reuseport")
+    try:
+        socks = [socket.create_connection((srv.host, srv.port), timeout=30) for _ in range(48)]
+        for s in socks:
+            s.sendall(post("/tokenize", {"prompt": "hi"}))
+        statuses = [read_responses(s, 1)[0][0] for s in socks]
+        for s in socks:
+            s.close()
+        assert statuses == [200] * len(socks)
+    finally:
+        srv.stop()
+
+
 # -- units -----------------------------------------------------------------------------
 class _App:
     @route("POST", "/fast", inline=True)

@@ -122,7 +122,7 @@ class EventLoop:
             self._resume_accepting()
             with self.corked():
                 for fd, ev in events:
-                    self._event(fd, ev)
+                    self._safely(fd, self._event, fd, ev)
                 self._run_ready()
             now = time.monotonic()
             if now >= next_tick:
@@ -186,11 +186,24 @@ class EventLoop:
         while self.woken:
             conn = self.woken.popleft()
             if conn.state == WAITING and self.conns.get(conn.fd) is conn:
-                self._advance(conn)
+                self._safely(conn.fd, self._advance, conn)
         for _ in range(len(self.again)):  # one request each per turn: a pipelining client waits its turn
             conn = self.again.popleft()
             if conn.state == READING and self.conns.get(conn.fd) is conn:
-                self._serve(conn)
+                self._safely(conn.fd, self._serve, conn)
+
+    def _safely(self, fd: int, fn: Callable[..., None], *args: Any) -> None:
+        """A bug costs the connection it struck (logged, closed), never the loop."""
+        try:
+            fn(*args)
+        except Exception:
+            logger.exception("the HTTP event loop failed on descriptor %d", fd)
+            conn = self.conns.get(fd)
+            if conn is not None:
+                try:
+                    self._close(conn)
+                except Exception:
+                    logger.exception("and could not close it")
 
     def _accept(self) -> None:
         """One connection per turn, if this worker holds the fewest (see ``fewest``)."""

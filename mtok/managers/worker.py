@@ -31,7 +31,11 @@ logger = logging.getLogger(__name__)
 
 
 class HttpFrontend:
-    def __init__(self, tm: TokenizerManager, board: StatusBoard, slot: int, sock: socket.socket, args: ServerArgs):
+    """``shared``: other workers accept on ``sock`` too (the shared listening
+    socket, not one SO_REUSEPORT socket each, whose connections only this worker can take)."""
+
+    def __init__(self, tm: TokenizerManager, board: StatusBoard, slot: int, sock: socket.socket, args: ServerArgs,
+                 shared: bool = False):
         self.tm = tm
         self.sock = sock
         self.api = Api(tm, board, slot)
@@ -43,7 +47,8 @@ class HttpFrontend:
         self.loop: Optional[loop.EventLoop] = None
         if loop.enabled(args):  # the tokenizer manager was started without its receiver thread
             corked = getattr(tm.send_to_scheduler, "corked", None)
-            self.loop = loop.EventLoop(self.httpd, corked, functools.partial(board.fewest_connections, slot))
+            fewest = functools.partial(board.fewest_connections, slot) if shared else None
+            self.loop = loop.EventLoop(self.httpd, corked, fewest)
             self.loop.add_reader(tm.recv_from_detokenizer.fileno(), tm.receive_ready)
         self._thread: Optional[threading.Thread] = None
 
@@ -107,7 +112,7 @@ def run_tokenizer_worker_process(
         board = StatusBoard.attach(status_name)
         tm = TokenizerWorker(server_args, port_args, authkey, worker_address).start(not loop.enabled(server_args))
         sock = shared_sock or make_listen_socket(server_args.host, server_args.port, reuseport=True)
-        front = HttpFrontend(tm, board, slot, sock, server_args)
+        front = HttpFrontend(tm, board, slot, sock, server_args, shared=shared_sock is not None)
     stop = threading.Event()
     on_signal(signal.SIGTERM, stop.set)
     on_signal(signal.SIGQUIT, lambda: exit_now(0))
