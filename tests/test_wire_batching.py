@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import socket
 import tempfile
 import threading
@@ -183,3 +184,54 @@ def test_a_forked_child_draws_its_own_request_ids():
         os.waitpid(pid, 0)
     assert child != parent_next
     assert limits.new_rid() == parent_next
+
+
+def test_an_attached_receiver_is_read_by_the_loop_it_registers_with(sock_dir):
+    """Receiver.attach: its descriptors go to the loop as they appear (the wake-up
+    pipe, then each peer on joining), each readable one yields its messages to
+    ``deliver``, and a peer that leaves is taken out of the loop."""
+    name = ipc.ipc_name(sock_dir, "inbox")
+    rx = ipc.Receiver(name, KEY)
+    readers, got = {}, []
+    rx.attach(readers.__setitem__, lambda fd: readers.pop(fd), got.append)
+    assert len(readers) == 1  # the wake-up pipe
+
+    def turn():  # one turn of a loop: every registered descriptor that is readable
+        ready = select.select(list(readers), [], [], 0.05)[0]
+        for fd in ready:
+            readers[fd]()
+
+    tx = ipc.SharedSender(ipc.Sender(name, KEY), lambda msgs, e: None)
+    try:
+        with tx.corked():  # three messages, one write
+            for i in range(3):
+                tx.send(AbortReq(rid=f"r{i}"))
+        wait_for(lambda: turn() or len(got) == 3, 30, what="three messages")
+        assert [m.rid for m in got] == ["r0", "r1", "r2"] and len(readers) == 2
+        tx.close()
+        wait_for(lambda: turn() or len(readers) == 1, 30, what="the peer to be taken out")
+    finally:
+        tx.close()
+        rx.close()
+
+
+def test_corked_sends_go_out_in_one_write_at_the_end(sock_dir):
+    name = ipc.ipc_name(sock_dir, "inbox")
+    rx = ipc.Receiver(name, KEY)
+    tx = ipc.SharedSender(ipc.Sender(name, KEY), lambda msgs, e: None)
+    writes = []
+    real = tx.sender.send_all
+    tx.sender.send_all = lambda payloads: (writes.append(len(payloads)), real(payloads))
+    try:
+        with tx.corked():
+            for i in range(5):
+                tx.send(AbortReq(rid=str(i)))
+            assert writes == []  # held
+        tx.send(AbortReq(rid="after"))
+        got = []
+        wait_for(lambda: got.extend(m.rid for m in rx.recv_all(timeout=0.05)) or len(got) >= 6, 30,
+                 what="six messages")
+        assert got == ["0", "1", "2", "3", "4", "after"] and writes == [5, 1]
+    finally:
+        tx.close()
+        rx.close()

@@ -98,10 +98,20 @@ class EventLoop:
         self.epoll: Any = None
 
     def add_reader(self, fd: int, callback: Callable[[], None]) -> None:
-        """Call ``callback`` in the loop's thread whenever ``fd`` is readable
-        (before :meth:`serve_forever`).  The TokenizerManager's inbox is read so,
-        with no thread of its own: the results are taken in where they are written."""
+        """Call ``callback`` in the loop's thread whenever ``fd`` is readable (call
+        it before :meth:`serve_forever`, or from a callback).  The TokenizerManager's
+        inbox is read so, with no thread of its own: the results are taken in
+        where they are written (:meth:`Receiver.attach <mtok.wire.ipc.Receiver.attach>`)."""
         self._readers[fd] = callback
+        if self.epoll is not None:
+            self.epoll.register(fd, select.EPOLLIN)
+
+    def remove_reader(self, fd: int) -> None:
+        if self._readers.pop(fd, None) is not None and self.epoll is not None:
+            try:
+                self.epoll.unregister(fd)
+            except (OSError, ValueError):
+                pass
 
     # -- lifecycle -------------------------------------------------------------------
     def serve_forever(self, poll_interval: float = 0.25) -> None:

@@ -103,8 +103,9 @@ class TokenizerManager:
     def start(self, receive_thread: bool = True) -> "TokenizerManager":
         """Bind the inbox, open the sender (unless an outbox was given) and start
         the receiver thread; without it (``receive_thread=False``) the caller
-        calls :meth:`receive_ready` whenever ``recv_from_detokenizer`` is
-        readable (the HTTP event loop does).  Returns self; :meth:`close` undoes it."""
+        attaches ``recv_from_detokenizer`` to its event loop, delivering to
+        :meth:`handle_message` (the HTTP event loop does).  Returns self;
+        :meth:`close` undoes it."""
         receiver = Receiver(self.inbox, self.authkey)
         self.recv_from_detokenizer = receiver
         if self.send_to_scheduler is None:
@@ -129,13 +130,6 @@ class TokenizerManager:
     def receive_loop(self, receiver: Receiver) -> None:
         while self.recv_from_detokenizer is receiver:
             for msg in receiver.recv_all():
-                self.handle_message(msg)
-
-    def receive_ready(self) -> None:
-        """Take in what has arrived, without waiting."""
-        receiver = self.recv_from_detokenizer
-        if receiver is not None:
-            for msg in receiver.recv_all(0):
                 self.handle_message(msg)
 
     # -- routing hooks (TokenizerWorker overrides these) ---------------------------

@@ -49,7 +49,7 @@ class HttpFrontend:
             corked = getattr(tm.send_to_scheduler, "corked", None)
             fewest = functools.partial(board.fewest_connections, slot) if shared else None
             self.loop = loop.EventLoop(self.httpd, corked, fewest)
-            self.loop.add_reader(tm.recv_from_detokenizer.fileno(), tm.receive_ready)
+            tm.recv_from_detokenizer.attach(self.loop.add_reader, self.loop.remove_reader, tm.handle_message)
         self._thread: Optional[threading.Thread] = None
 
     def tick(self) -> None:

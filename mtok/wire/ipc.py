@@ -74,10 +74,7 @@ class Receiver:
         self._joined: List[Connection] = []  # authenticated, not yet picked up by the reader
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
-        # epoll where there is one: its own descriptor is readable when a message
-        # waits, so an event loop can wait on this receiver among its sockets (fileno)
-        self._epoll = hasattr(select, "epoll")
-        self._poll: Any = select.epoll() if self._epoll else select.poll()
+        self._poll: Any = select.poll()  # or, once attached to an event loop, a _LoopPoller
         self._poll.register(self._wake_r, select.POLLIN)
         self._closed = False
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -89,11 +86,33 @@ class Receiver:
     def peer_count(self) -> int:
         return len(self._conns) + len(self._joined)
 
-    def fileno(self) -> int:
-        """A descriptor that is readable when :meth:`recv_all` has something (Linux)."""
-        if not self._epoll:
-            raise OSError("this platform has no epoll: call recv_all from a thread of its own")
-        return self._poll.fileno()
+    def attach(self, add_reader: Callable[[int, Callable[[], None]], None], remove_reader: Callable[[int], None],
+               deliver: Callable[[Any], None]) -> None:
+        """Be read by an event loop rather than by :meth:`recv_all`: every
+        descriptor this receiver waits on (its wake-up pipe, each peer as it
+        joins) is added to the loop with ``add_reader(fd, callback)`` and taken
+        out with ``remove_reader(fd)``; each message read goes to ``deliver``.
+        Call it before the loop runs.  (The loop waits on these descriptors
+        itself, rather than on an epoll of ours inside its own: two system
+        calls fewer for each batch of results.)"""
+        old, self._poll = self._poll, _LoopPoller(self, add_reader, remove_reader, deliver)
+        for fd in [self._wake_r, *self._conns]:
+            old.unregister(fd)
+            self._poll.register(fd, select.POLLIN)
+
+    def _read_ready(self, fd: int, deliver: Callable[[Any], None]) -> None:
+        """The attached loop saw ``fd`` readable: take in a joining peer, or read messages."""
+        if fd == self._wake_r:
+            return self._take_joined()
+        peer = self._conns.get(fd)
+        out: List[bytes] = []
+        if peer is not None:
+            try:
+                peer[1].read(fd, out)
+            except (EOFError, OSError):
+                self._drop(fd)
+        for msg in self._decode(out):
+            deliver(msg)
 
     def _accept_loop(self) -> None:
         while not self._closed:
@@ -164,7 +183,7 @@ class Receiver:
         read(), however many messages it wrote (see :mod:`mtok.wire.frames`).
         Call it from one thread only."""
         out: List[bytes] = []
-        wait = None if timeout is None else timeout if self._epoll else timeout * 1000.0  # poll counts ms
+        wait = None if timeout is None else timeout * 1000.0  # poll counts ms
         for _ in range(MAX_DRAIN_ROUNDS):
             if self._closed:
                 break
@@ -191,8 +210,11 @@ class Receiver:
         return out
 
     def recv_all(self, timeout: Optional[float] = None) -> List[Any]:
+        return self._decode(self.recv_bytes_all(timeout))
+
+    def _decode(self, payloads: List[bytes]) -> List[Any]:
         out = []
-        for data in self.recv_bytes_all(timeout):
+        for data in payloads:
             try:
                 out.append(loads(data))
             except Exception as e:  # an authenticated peer sent garbage: log, never die
@@ -220,12 +242,24 @@ class Receiver:
                 os.close(fd)
             except OSError:
                 pass
-        if self._epoll:
-            self._poll.close()
         try:
             os.unlink(self.name)
         except OSError:
             pass
+
+
+class _LoopPoller:
+    """What a :class:`Receiver` attached to an event loop registers its descriptors with."""
+
+    def __init__(self, receiver: Receiver, add_reader: Callable[[int, Callable[[], None]], None],
+                 remove_reader: Callable[[int], None], deliver: Callable[[Any], None]):
+        self._receiver, self._add, self._remove, self._deliver = receiver, add_reader, remove_reader, deliver
+
+    def register(self, fd: int, _mask: int) -> None:
+        self._add(fd, lambda: self._receiver._read_ready(fd, self._deliver))
+
+    def unregister(self, fd: int) -> None:
+        self._remove(fd)
 
 
 class Sender:
