@@ -9,7 +9,7 @@ that waits on all the sockets (epoll) and on the results is woken once for
 many requests.
 
 What the loop serves itself: a request whose head and ``Content-Length`` body
-(at most ``INLINE_MAX_BODY``) have arrived, for a route marked ``inline``
+(at most :data:`~mtok.api.inline.INLINE_MAX_BODY`) have arrived, for a route marked ``inline``
 (:func:`mtok.api.routes.route`), that does not ask for a stream.  The route
 runs in the loop's thread; a :class:`~mtok.api.routes.Pending` answer is
 written when its handle's mailbox (made by :class:`LoopWatch`) says the

@@ -40,8 +40,9 @@ class Conn:
 
 
 class LoopMailbox(queue.SimpleQueue):
-    """A request's mailbox that wakes the loop when a state is put in it (from
-    the receiver thread, usually)."""
+    """A request's mailbox that wakes the loop when a state is put in it: from
+    the loop's own thread, reading the inbox, which only notes it; or from
+    another (a failed write in a handler thread), which signals the loop."""
 
     def __init__(self, loop: "EventLoop", conn: Conn):
         self._loop, self._conn = loop, conn

@@ -1,5 +1,9 @@
 """HTTP transport: ``http.server``, threaded, tuned, and strict.
 
+The handler threads serve what the event loop (:mod:`mtok.api.loop`) hands
+them, from the bytes it read (:meth:`HTTPServer.serve_connection`), and with
+``--http-threads-only`` every connection, one thread each.
+
 The handler knows nothing of LLMs.  It reads a request within a deadline,
 enforces the body limit and the API key, dispatches to a route of the app
 (see :mod:`mtok.api.native`), and writes what the route returns: a JSON value, a

@@ -127,6 +127,10 @@ class TokenizerManager:
         if self._receiver_thread is not None:
             self._receiver_thread.join(CLOSE_JOIN)
 
+    @property
+    def receives_in_thread(self) -> bool:
+        return self._receiver_thread is not None
+
     def receive_loop(self, receiver: Receiver) -> None:
         while self.recv_from_detokenizer is receiver:
             for msg in receiver.recv_all():

@@ -45,11 +45,12 @@ class HttpFrontend:
         self.httpd.tick = self.tick
         self.httpd.cors = frozenset(args.cors_allow_origins or ())
         self.loop: Optional[loop.EventLoop] = None
-        if loop.enabled(args):  # the tokenizer manager was started without its receiver thread
+        if loop.enabled(args):
             corked = getattr(tm.send_to_scheduler, "corked", None)
             fewest = functools.partial(board.fewest_connections, slot) if shared else None
             self.loop = loop.EventLoop(self.httpd, corked, fewest)
-            tm.recv_from_detokenizer.attach(self.loop.add_reader, self.loop.remove_reader, tm.handle_message)
+            if not tm.receives_in_thread:  # started for the loop: the loop reads its inbox
+                tm.recv_from_detokenizer.attach(self.loop.add_reader, self.loop.remove_reader, tm.handle_message)
         self._thread: Optional[threading.Thread] = None
 
     def tick(self) -> None:
