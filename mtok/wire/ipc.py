@@ -101,18 +101,24 @@ class Receiver:
             self._poll.register(fd, select.POLLIN)
 
     def _read_ready(self, fd: int, deliver: Callable[[Any], None]) -> None:
-        """The attached loop saw ``fd`` readable: take in a joining peer, or read messages."""
+        """The attached loop saw ``fd`` readable."""
+        out: List[bytes] = []
+        self._read_fd(fd, out)
+        for msg in self._decode(out):
+            deliver(msg)
+
+    def _read_fd(self, fd: int, out: List[bytes]) -> None:
+        """``fd`` is readable: take in a joining peer, or add the whole messages
+        a peer sent to ``out`` (dropping it when it has gone)."""
         if fd == self._wake_r:
             return self._take_joined()
         peer = self._conns.get(fd)
-        out: List[bytes] = []
-        if peer is not None:
-            try:
-                peer[1].read(fd, out)
-            except (EOFError, OSError):
-                self._drop(fd)
-        for msg in self._decode(out):
-            deliver(msg)
+        if peer is None:
+            return
+        try:
+            peer[1].read(fd, out)
+        except (EOFError, OSError):
+            self._drop(fd)
 
     def _accept_loop(self) -> None:
         while not self._closed:
@@ -194,16 +200,7 @@ class Receiver:
             if not events:
                 break
             for fd, _ in events:
-                if fd == self._wake_r:
-                    self._take_joined()
-                    continue
-                peer = self._conns.get(fd)
-                if peer is None:
-                    continue
-                try:
-                    peer[1].read(fd, out)
-                except (EOFError, OSError):
-                    self._drop(fd)
+                self._read_fd(fd, out)
             if not out:
                 break
             wait = 0  # take what else is already there, then hand it over
