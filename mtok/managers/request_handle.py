@@ -155,10 +155,8 @@ class RequestHandle:
         mailbox = self.mailbox
         while not mailbox.empty():
             st = self._take(mailbox.get_nowait())
-            if st is not None and st.finished_reason is not None:
-                err = st.error()
-                if err is not None:
-                    raise err
+            if st is not None:
+                _raise_failure(st)
         return self.finished
 
     def check_deadline(self) -> None:
@@ -202,9 +200,7 @@ class RequestHandle:
         than an event of a stream.  Iteration hands that update out first."""
         st = next(self, None)
         if st is not None:
-            err = st.error()
-            if err is not None:
-                raise err
+            _raise_failure(st)
         self.first = st
 
     def results(self) -> List[ReqState]:
@@ -212,9 +208,7 @@ class RequestHandle:
         one fails the call (its APIError is raised)."""
         out: List[Optional[ReqState]] = [None] * len(self.states)
         for st in self:
-            err = st.error()
-            if err is not None:
-                raise err
+            _raise_failure(st)
             out[st.index] = st
         return out  # type: ignore[return-value]
 
@@ -228,3 +222,10 @@ class RequestHandle:
         for st in self.states:
             if self.owner.rid_to_state.pop(st.rid, None) is not None and st.rid not in self.done:
                 self.owner.abort_request(st.rid)
+
+
+def _raise_failure(st: ReqState) -> None:
+    """Raise the APIError a refused or failed request stands for (none while it runs)."""
+    err = st.error()
+    if err is not None:
+        raise err
