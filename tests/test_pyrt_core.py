@@ -333,8 +333,8 @@ def test_bpe_cuts_long_sentencepiece_words_without_changing_them():
     mark = "\u2581"
     vocab = {c: i for i, c in enumerate([mark, "a", "b", mark + "a", mark + mark, "ab", mark + "ab", "ba"])}
     model = BPE(vocab, [(mark, "a"), (mark, mark), ("a", "b"), (mark + "a", "b"), ("b", "a")])
-    assert model._chunker is not None
+    assert model._cuts is not None
     word = (mark + "ab" + mark * 3 + "bab" + "aba" + mark) * 20
     assert model.tokenize(word) == model._merge(model._symbols(word))
     glued = BPE(dict(vocab, **{"a" + mark: len(vocab)}), [(mark, "a"), ("a", mark)])
-    assert glued._chunker is None  # a token joins across the mark: no cutting
+    assert glued._cuts is None  # a token joins across the mark: no cutting

@@ -131,7 +131,7 @@ def _added(ref) -> list:
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_edges_equal_to_tokenizers(shape):
     ref, mine = load(shape)
-    assert (mine.model._chunker is None) == (shape == "joined")  # cut at "▁" runs wherever that is exact
+    assert (mine.model._cuts is None) == (shape == "joined")  # cut at "▁" runs wherever that is exact
     assert mine.model._inert_bytes == (shape in INERT_BYTES)
     for text in edge_texts(_added(ref)):
         for add in (True, False):

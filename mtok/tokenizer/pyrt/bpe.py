@@ -14,10 +14,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import operator
-import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import TokenizerError
+from .bpe_cuts import MARK, Cuts, find_cuts
 
 _NONE = 1 << 62  # "no merge": ranks are below 2**30 and ids below 2**32, so this is above any real one
 # Words with more symbols than this merge with a heap instead of rescans.
@@ -58,7 +58,7 @@ class BPE:
         # set by _build_merges: byte fallback, no affixes, and no merge has a byte token on either side
         self._inert_bytes = False
         self._merges = self._build_merges(merges)
-        self._chunker = self._find_chunker()
+        self._cuts = self._find_cuts(merges)
         self._chunks: Dict[str, List[int]] = {}
 
     def _build_merges(self, merges: Sequence[Tuple[str, str]]) -> Dict[int, int]:
@@ -99,27 +99,12 @@ class BPE:
             table[a_id * self._width + b_id] = rank * self._width + new_id
         return table
 
-    def _find_chunker(self) -> Optional["re.Pattern[str]"]:
-        """Where a long word can be cut without changing its tokens, if anywhere.
-
-        Files without a pre-tokenizer (SentencePiece style) hand the model whole
-        texts.  When no token has a ``▁`` right after another character, no merge
-        can join across the start of a ``▁`` run, so the text can be merged (and
-        cached) in pieces that start there.
-        """
-        mark = "\u2581"
-        if self.prefix or self.suffix or mark not in self.vocab:
+    def _find_cuts(self, merges: Sequence[Tuple[str, str]]) -> Optional[Cuts]:
+        """Where a long word can be cut without changing its tokens, if anywhere (``bpe_cuts``)."""
+        if self.prefix or self.suffix:
             return None
-        # One search over all tokens joined by a character none of them holds.
-        for sep in "\x00\uffff\U0010ffff" + "".join(map(chr, range(1, 32))):
-            joined = sep.join(self.vocab)
-            if joined.count(sep) == len(self.vocab) - 1:
-                break
-        else:
-            return None
-        if re.search(f"[^{mark}{re.escape(sep)}]{mark}", joined):
-            return None
-        return re.compile(f"{mark}*[^{mark}]+|{mark}+")
+        singles = (t for t in self.vocab if len(t) == 1)
+        return find_cuts(*_columns(merges), singles, self._inert_bytes)
 
     @classmethod
     def from_json(cls, d: dict) -> "BPE":
@@ -148,23 +133,44 @@ class BPE:
             whole = self.vocab.get(word)
             if whole is not None:
                 return [whole]
-        if self._chunker is None or len(word) < _CHUNK_MIN:
+        if self._cuts is None or len(word) < _CHUNK_MIN:
             return self._word(word)
-        return self.tokenize_chunks(self._chunker.findall(word))
+        return self.tokenize_chunks(self._cuts.coarse.findall(word))
 
     def tokenize_chunks(self, chunks: Sequence[str]) -> List[int]:
-        """The ids of text cut where no merge can join (see ``_find_chunker``), each chunk cached."""
+        """The ids of text cut where no merge can join (see ``bpe_cuts``), each chunk cached."""
         ids: List[int] = []
         cache = self._chunks
         for chunk in chunks:
             hit = cache.get(chunk)
             if hit is None:
-                hit = self._word(chunk)
-                if len(chunk) < 256:
-                    if len(cache) >= _CHUNK_CACHE:
-                        cache.clear()
-                    cache[chunk] = hit
+                hit = self._remember(chunk, self._pieces(chunk))
             ids += hit
+        return ids
+
+    def _pieces(self, chunk: str) -> List[int]:
+        """A coarse chunk's ids: merged whole, or from its fine pieces, each cached."""
+        cuts = self._cuts
+        if cuts.fine is None or (cuts.alpha_whole and chunk.lstrip(MARK).isalpha()):  # type: ignore[union-attr]
+            return self._word(chunk)
+        pieces = cuts.fine.findall(chunk)  # type: ignore[union-attr]
+        if len(pieces) < 2:
+            return self._word(chunk)
+        ids: List[int] = []
+        cache = self._chunks
+        for piece in pieces:
+            hit = cache.get(piece)
+            if hit is None:
+                hit = self._remember(piece, self._word(piece))
+            ids += hit
+        return ids
+
+    def _remember(self, chunk: str, ids: List[int]) -> List[int]:
+        cache = self._chunks
+        if len(chunk) < 256:
+            if len(cache) >= _CHUNK_CACHE:
+                cache.clear()
+            cache[chunk] = ids
         return ids
 
     def token_to_id(self, token: str) -> Optional[int]:
