@@ -59,7 +59,11 @@ bench detok --tokens 512,4096 --streams 1,64 --json "$OUT/detok.json"
 # the transport: mtok.wire.ipc beside pyzmq
 bench transport --json "$OUT/transport.json"
 # tokenizer throughput (the built-in tokenizer and ../shared/tokenizers where present)
-bench tokenizer --docs 100 --json "$OUT/tokenizer.json"
+bench tokenizer --docs 100 --clock cpu --json "$OUT/tokenizer.json"
+# the same for a Gemma-3-sized (262,144) SentencePiece-BPE file trained here (about a minute)
+SP262K="${TMPDIR:-/tmp}/mtok-sp262k.json"
+bench tokenizer --docs 100 --clock cpu --make-262k "$SP262K" "$SP262K" --json "$OUT/tokenizer-262k.json"
+rm -f "$SP262K"
 # two minutes of mixed load on two workers: memory and open files
 bench soak --duration 120 --interval 5 --tokenizer-worker-num 2 --svg "$IMG/soak-rss.svg" \
   --json "$OUT/soak.json"
