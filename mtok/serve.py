@@ -38,7 +38,6 @@ from .wire.args import (
     unlink_shm,
     write_args,
 )
-from .api import loop as http_loop
 from .api.listen import claim_reuseport, make_listen_socket, reuseport_available
 from .wire.io_struct import ServerFailure
 from .wire.ipc import ipc_name
@@ -202,7 +201,7 @@ class Arbiter:
 
         self.board.claim(FIRST_WORKER_SLOT, self.pid)
         try:
-            tm = TokenizerManager(self.args, self.port_args, self.authkey).start(not http_loop.enabled(self.args))
+            tm = TokenizerManager(self.args, self.port_args, self.authkey).start(receive_thread=False)
         except Exception as e:
             raise BootError(f"the tokenizer manager failed to start: {type(e).__name__}: {e}") from None
         self.frontend = HttpFrontend(tm, self.board, FIRST_WORKER_SLOT, self.listen_sock, self.args)

@@ -102,19 +102,21 @@ class TokenizerManager:
     # -- the runner's pair -----------------------------------------------------------
     def start(self, receive_thread: bool = True) -> "TokenizerManager":
         """Bind the inbox, open the sender (unless an outbox was given) and start
-        the receiver thread; without it (``receive_thread=False``) the caller
-        attaches ``recv_from_detokenizer`` to its event loop, delivering to
-        :meth:`handle_message` (the HTTP event loop does).  Returns self;
-        :meth:`close` undoes it."""
-        receiver = Receiver(self.inbox, self.authkey)
-        self.recv_from_detokenizer = receiver
+        the receiver thread.  Without it (``receive_thread=False``) the caller
+        either attaches ``recv_from_detokenizer`` to its event loop, delivering
+        to :meth:`handle_message`, or calls :meth:`start_receiver_thread` (the
+        HTTP frontend does one or the other).  Returns self; :meth:`close` undoes it."""
+        self.recv_from_detokenizer = Receiver(self.inbox, self.authkey)
         if self.send_to_scheduler is None:
             self.send_to_scheduler = self.make_sender()
         if receive_thread:
-            self._receiver_thread = threading.Thread(target=self.receive_loop, args=(receiver,), name="tm-recv",
-                                                     daemon=True)
-            self._receiver_thread.start()
+            self.start_receiver_thread()
         return self
+
+    def start_receiver_thread(self) -> None:
+        self._receiver_thread = threading.Thread(target=self.receive_loop, args=(self.recv_from_detokenizer,),
+                                                 name="tm-recv", daemon=True)
+        self._receiver_thread.start()
 
     def close(self) -> None:
         """Close the inbox and the sender and wait for the receiver thread; twice is once."""

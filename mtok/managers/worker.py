@@ -49,8 +49,11 @@ class HttpFrontend:
             corked = getattr(tm.send_to_scheduler, "corked", None)
             fewest = functools.partial(board.fewest_connections, slot) if shared else None
             self.loop = loop.EventLoop(self.httpd, corked, fewest)
-            if not tm.receives_in_thread:  # started for the loop: the loop reads its inbox
+        if not tm.receives_in_thread:  # the inbox is ours to read: in the loop, or in a thread
+            if self.loop is not None:
                 tm.recv_from_detokenizer.attach(self.loop.add_reader, self.loop.remove_reader, tm.handle_message)
+            else:
+                tm.start_receiver_thread()
         self._thread: Optional[threading.Thread] = None
 
     def tick(self) -> None:
@@ -111,7 +114,7 @@ def run_tokenizer_worker_process(
     server_args, port_args = read_args(shm_name)
     with ChildBoot(f"worker-{slot - FIRST_WORKER_SLOT}", parent_pid, ready_conn, server_args.log_level):
         board = StatusBoard.attach(status_name)
-        tm = TokenizerWorker(server_args, port_args, authkey, worker_address).start(not loop.enabled(server_args))
+        tm = TokenizerWorker(server_args, port_args, authkey, worker_address).start(receive_thread=False)
         sock = shared_sock or make_listen_socket(server_args.host, server_args.port, reuseport=True)
         front = HttpFrontend(tm, board, slot, sock, server_args, shared=shared_sock is not None)
     stop = threading.Event()
