@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Union
 
 from .framing import LENGTH, NO_BODY, FramingError, head_framing, head_lines, is_json_type, parse_request_line
 from .routes import OPEN_PATHS, Request, find_route
-from .server import check_api_key
+from .server import has_api_key
 from .validate import APIError, parse_json
 
 INLINE_MAX_BODY = 64 << 10  # larger bodies go to a thread, to tokenize there without stalling the loop
@@ -78,7 +78,7 @@ def _head(httpd: Any, buf: bytearray, end: int) -> Optional[tuple]:
     handler = methods.get(command) if methods else None
     if handler is None or not getattr(handler, "inline", False):
         return None
-    if httpd.api_key is not None and path not in OPEN_PATHS and not _key_ok(headers, httpd.api_key):
+    if httpd.api_key is not None and path not in OPEN_PATHS and not has_api_key(headers, httpd.api_key):
         return None
     return handler, command, target, headers, length, close
 
@@ -89,10 +89,3 @@ def _json_or_none(raw: bytes) -> Any:
     except APIError:
         return None  # the route reads it again, and answers the same 400 a thread would
 
-
-def _key_ok(headers: Any, key: bytes) -> bool:
-    try:
-        check_api_key(headers, key)
-    except APIError:
-        return False
-    return True

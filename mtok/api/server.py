@@ -371,10 +371,15 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             logger.debug("%s %s", self.address_string(), format % args)
 
 
+def has_api_key(headers: Headers, key: bytes) -> bool:
+    """Whether the request carries ``Authorization: Bearer <key>``."""
+    scheme, _, token = headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key)
+
+
 def check_api_key(headers: Headers, key: bytes) -> None:
     """401 unless the request carries ``Authorization: Bearer <key>``."""
-    scheme, _, token = headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key):
+    if not has_api_key(headers, key):
         raise APIError("a valid API key is required (Authorization: Bearer <key>)", 401,
                        headers={"WWW-Authenticate": "Bearer"})
 
