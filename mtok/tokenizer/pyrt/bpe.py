@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import operator
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import TokenizerError
 from .bpe_cuts import MARK, Cuts, find_cuts
@@ -139,14 +139,7 @@ class BPE:
 
     def tokenize_chunks(self, chunks: Sequence[str]) -> List[int]:
         """The ids of text cut where no merge can join (see ``bpe_cuts``), each chunk cached."""
-        ids: List[int] = []
-        cache = self._chunks
-        for chunk in chunks:
-            hit = cache.get(chunk)
-            if hit is None:
-                hit = self._remember(chunk, self._pieces(chunk))
-            ids += hit
-        return ids
+        return self._cached(chunks, self._pieces)
 
     def _pieces(self, chunk: str) -> List[int]:
         """A coarse chunk's ids: merged whole, or from its fine pieces, each cached."""
@@ -154,23 +147,21 @@ class BPE:
         if cuts.fine is None or (cuts.alpha_whole and chunk.lstrip(MARK).isalpha()):  # type: ignore[union-attr]
             return self._word(chunk)
         pieces = cuts.fine.findall(chunk)  # type: ignore[union-attr]
-        if len(pieces) < 2:
-            return self._word(chunk)
+        return self._word(chunk) if len(pieces) < 2 else self._cached(pieces, self._word)
+
+    def _cached(self, texts: Sequence[str], ids_of: Callable[[str], List[int]]) -> List[int]:
+        """The ids of ``texts`` one after another, each from the cache or from ``ids_of`` (then cached)."""
         ids: List[int] = []
         cache = self._chunks
-        for piece in pieces:
-            hit = cache.get(piece)
+        for text in texts:
+            hit = cache.get(text)
             if hit is None:
-                hit = self._remember(piece, self._word(piece))
+                hit = ids_of(text)
+                if len(text) < 256:
+                    if len(cache) >= _CHUNK_CACHE:
+                        cache.clear()
+                    cache[text] = hit
             ids += hit
-        return ids
-
-    def _remember(self, chunk: str, ids: List[int]) -> List[int]:
-        cache = self._chunks
-        if len(chunk) < 256:
-            if len(cache) >= _CHUNK_CACHE:
-                cache.clear()
-            cache[chunk] = ids
         return ids
 
     def token_to_id(self, token: str) -> Optional[int]:
