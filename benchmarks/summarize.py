@@ -50,13 +50,17 @@ def md(headers: Sequence[str], rows: List[Sequence[Any]]) -> str:
 
 
 def machine(folder: str) -> str:
-    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+    """The machine of the newest result (older ones, such as the chat bench's, may stay in the folder)."""
+    found = []
+    for path in glob.glob(os.path.join(folder, "*.json")):
         with open(path, encoding="utf-8") as f:
             m = json.load(f).get("machine")
         if m:
-            return (f"{m['nproc']} cores ({m['cpu_model']}), {m['implementation']} {m['python']}, {m['platform']}; "
-                    f"{m['date']}")
-    return "unknown"
+            found.append(m)
+    if not found:
+        return "unknown"
+    m = max(found, key=lambda m: m["date"])
+    return f"{m['nproc']} cores ({m['cpu_model']}), {m['implementation']} {m['python']}, {m['platform']}; {m['date']}"
 
 
 COMPARE_ROWS = [
