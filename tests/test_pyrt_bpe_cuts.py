@@ -75,9 +75,9 @@ def test_the_other_side_moves_when_moving_the_fewer_characters_still_joins():
     assert _pieces(model, "ba.(_1") == ["ba.(", "_", "1"]
 
 
-def test_classes_joined_every_way_leave_only_the_coarse_cuts():
+def test_classes_joined_every_way_leave_only_the_cuts_around_unknown_characters():
     model = _model([("a", "."), ("a", "b"), (".", "("), ("1", "a")])
-    assert model._cuts is not None and model._cuts.fine is None
+    assert _pieces(model, f"ab.1\n\t(a{MARK}1a") == ["ab.1", "\n\t", "(a", f"{MARK}1a"]
 
 
 def test_a_mark_after_a_letter_means_no_cut_at_all():

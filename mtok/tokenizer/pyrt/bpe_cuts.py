@@ -67,8 +67,10 @@ def find_cuts(left: Sequence[str], right: Sequence[str], vocab_chars: Iterable[s
     tail = f"|[{re.escape(unknown)}]+" if unknown else ""
     to_rest, to_letters = _moved(unknown + sep, text)  # when searching, the separator is in no class
     groups = _groups(_classes(unknown, to_rest, to_letters), _classes(unknown + sep, to_rest, to_letters), text)
-    if len(groups) == 1:
-        return Cuts(coarse, None)
+    if len(groups) == 1:  # digits, letters and the rest all joined: cut around unknown characters only
+        if not unknown:
+            return Cuts(coarse, None)
+        groups = [f"[^{MARK}{re.escape(unknown)}]+"]
     fine = re.compile(f"{MARK}*(?:{'|'.join(groups)})|{MARK}+{tail}")
     return Cuts(coarse, fine, alpha_whole=not any(map(str.isalpha, to_rest)))
 
