@@ -10,10 +10,11 @@ many requests.
 
 What the loop serves itself: a request whose head and ``Content-Length`` body
 (at most :data:`~mtok.api.inline.INLINE_MAX_BODY`) have arrived, for a route marked ``inline``
-(:func:`mtok.api.routes.route`), that does not ask for a stream.  The route
-runs in the loop's thread; a :class:`~mtok.api.routes.Pending` answer is
-written when its handle's mailbox (made by :class:`LoopWatch`) says the
-results are in.
+(:func:`mtok.api.routes.route`), that does not ask for a stream.  The routes
+of the requests one turn read run at its end, together, in the loop's thread
+(so that their prompts can be tokenized together: ``prepare_turn``); a
+:class:`~mtok.api.routes.Pending` answer is written when its handle's
+mailbox (made by :class:`LoopWatch`) says the results are in.
 
 What it hands over: everything else (streams, chunked bodies, ``Expect``,
 CORS, a failed API key, routes that wait on the scheduler, bodies too large
@@ -41,12 +42,12 @@ import select
 import socket
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from ..managers.request_handle import WATCH_AFTER, ClientDisconnected
+from ..managers.request_handle import WATCH_AFTER
 from . import inline
 from .loop_conn import READING, WAITING, WRITING, Conn, LoopWatch
-from .respond import body_fields, encode_result, response_head
+from .respond import body_fields, encode_outcome, response_head
 from .routes import EventStream, Pending, Request
 from .validate import APIError
 
@@ -71,6 +72,11 @@ class EventLoop:
     messages the turn's requests send and writes them together at its end
     (:meth:`SharedSender.corked <mtok.wire.ipc.SharedSender.corked>`).
 
+    ``prepare_turn``, if given, takes the plans (:class:`~mtok.api.inline.Plan`)
+    of the requests a turn read and gives the context their routes run in (the
+    worker tokenizes their prompts together: :mod:`mtok.managers.ahead`); it
+    must not raise.
+
     ``fewest``, if given, is told this worker's open connections and says
     whether it holds the fewest of the workers sharing the listening socket.
     Only then does the loop accept; else it stops watching the socket for a
@@ -81,10 +87,13 @@ class EventLoop:
     """
 
     def __init__(self, httpd: Any, corked: Optional[Callable[[], Any]] = None,
-                 fewest: Optional[Callable[[int], bool]] = None):
+                 fewest: Optional[Callable[[int], bool]] = None,
+                 prepare_turn: Optional[Callable[[List[inline.Plan]], Any]] = None):
         self.httpd = httpd
         self.corked = corked or contextlib.nullcontext
         self.fewest = fewest
+        self.prepare_turn = prepare_turn or (lambda plans: contextlib.nullcontext())
+        self.planned: List[Tuple[Conn, inline.Plan]] = []  # requests read this turn, run at its end
         self._paused = False  # the listening socket is not watched, for now
         self.conns: Dict[int, Conn] = {}
         self.woken: Deque[Conn] = collections.deque()  # conns whose mailbox was filled
@@ -201,6 +210,12 @@ class EventLoop:
             conn = self.again.popleft()
             if conn.state == READING and self.conns.get(conn.fd) is conn:
                 self._safely(conn.fd, self._serve, conn)
+        planned, self.planned = self.planned, []
+        if planned:
+            with self.prepare_turn([plan for _, plan in planned]):
+                for conn, plan in planned:
+                    if conn.state == READING and self.conns.get(conn.fd) is conn:
+                        self._safely(conn.fd, self._dispatch, conn, plan.handler, plan.request, plan.close)
 
     def _safely(self, fd: int, fn: Callable[..., None], *args: Any) -> None:
         """A bug costs the connection it struck (logged, closed), never the loop."""
@@ -286,14 +301,15 @@ class EventLoop:
 
     # -- one request -----------------------------------------------------------------
     def _serve(self, conn: Conn) -> None:
-        """Serve the buffered request if it has all arrived; hand the connection
-        over if it is not one the loop serves (see :mod:`mtok.api.inline`)."""
+        """Plan the buffered request if it has all arrived (its route runs at the
+        turn's end); hand the connection over if it is not one the loop serves
+        (see :mod:`mtok.api.inline`)."""
         plan = inline.take(self.httpd, conn.buf)
         if plan is inline.HAND_OVER:
             self._hand_over(conn)
         elif plan is not inline.WAIT:
             plan.request.watch = LoopWatch(self, conn)
-            self._dispatch(conn, plan.handler, plan.request, plan.close)
+            self.planned.append((conn, plan))  # run at the turn's end, with the others (see _run_ready)
 
     def _begin(self, conn: Conn, endpoint: str, close: bool) -> None:
         self.httpd.count(1)
@@ -329,7 +345,7 @@ class EventLoop:
 
     # -- the response ----------------------------------------------------------------
     def _respond(self, conn: Conn, result: Any) -> None:
-        status, data, content_type, headers = _encode(conn, result)
+        status, data, content_type, headers = encode_outcome(result, conn.endpoint)
         if status is None:  # the client left
             return self._close(conn)
         conn.status = status
@@ -392,13 +408,3 @@ class EventLoop:
         conn.sock.setblocking(True)
         self.httpd.serve_connection(conn.sock, conn.addr, bytes(conn.buf))
 
-
-def _encode(conn: Conn, result: Any) -> tuple:
-    """(status, body, content type, headers) of a route's result or of the
-    exception it raised, as a handler thread answers them; status None: the client left."""
-    if isinstance(result, ClientDisconnected):
-        return None, b"", "", None
-    if isinstance(result, Exception) and not isinstance(result, APIError):
-        logger.error("error serving %s", conn.endpoint, exc_info=result)
-        result = APIError(f"internal error: {type(result).__name__}", 500)
-    return encode_result(result)

@@ -26,7 +26,7 @@ from .parser_routes import ParserRoutes
 from ..wire.status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
 from ..managers.request_handle import ReqState, RequestHandle
 from ..managers.tokenizer_manager import TokenizerManager
-from .parse import parse_generate
+from .parse import parse_generate, single_prompt
 from .validate import APIError, bad, check_unknown, get_bool, get_str, require_object, token_list
 
 
@@ -75,8 +75,8 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
         return self.board.state == ServerState.SERVING and self.tm.failure is None
 
     # -- native ----------------------------------------------------------------------
-    @route("POST", "/generate", inline=True)
-    @route("PUT", "/generate", inline=True)
+    @route("POST", "/generate", inline=True, prompt=single_prompt("text"))
+    @route("PUT", "/generate", inline=True, prompt=single_prompt("text"))
     def generate(self, req: Request) -> Any:
         obj = parse_generate(req.json(), self.args.strict_fields)
         as_list = obj.is_batch or obj.num_outputs > 1  # SGLang answers n > 1 with a list too

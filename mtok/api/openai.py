@@ -16,7 +16,7 @@ from . import fields
 from .server import Pending, Request, route
 from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
 from .logprobs import CompletionLogprobs, merge
-from .parse import parse_rid, response_format, sampling_params
+from .parse import parse_rid, response_format, sampling_params, single_prompt
 from .validate import _json_type, bad, get_bool, require_object, token_list
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class OpenAIRoutes:
         return {"id": model.name, "object": "model", "created": self.created, "owned_by": "mtok",
                 "max_model_len": model.context_length}
 
-    @route("POST", "/v1/completions", inline=True)
+    @route("POST", "/v1/completions", inline=True, prompt=single_prompt("prompt"))
     def completions(self, req: Request) -> Any:
         obj, opts = parse_completion(req.json(), self.args.strict_fields)
         model = self.tm.model(obj.model)

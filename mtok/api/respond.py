@@ -10,13 +10,17 @@ from __future__ import annotations
 import email.utils
 import http.server
 import json
+import logging
 import os
 import socket
 import time
 from typing import Any, Dict, Optional, Tuple
 
+from ..managers.request_handle import ClientDisconnected
 from .routes import Response
 from .validate import APIError
+
+logger = logging.getLogger(__name__)
 
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"
@@ -52,6 +56,18 @@ def body_fields(data: bytes, content_type: str) -> str:
 
 def json_body(value: Any) -> bytes:
     return JSON.encode(value).encode()
+
+
+def encode_outcome(result: Any, endpoint: str) -> Tuple[Optional[int], bytes, str, Optional[Dict[str, str]]]:
+    """:func:`encode_result` of a route's result or of the exception it raised,
+    as a handler thread answers them (a bug: a logged 500); status None: the
+    client left."""
+    if isinstance(result, ClientDisconnected):
+        return None, b"", "", None
+    if isinstance(result, Exception) and not isinstance(result, APIError):
+        logger.error("error serving %s", endpoint, exc_info=result)
+        result = APIError(f"internal error: {type(result).__name__}", 500)
+    return encode_result(result)
 
 
 def encode_result(result: Any) -> Tuple[int, bytes, str, Optional[Dict[str, str]]]:

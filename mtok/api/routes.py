@@ -62,17 +62,24 @@ class Pending:
             return self.render(self.handle.results())
 
 
-def route(method: str, *paths: str, inline: bool = False) -> Callable:
+def route(method: str, *paths: str, inline: bool = False, prompt: Optional[Callable] = None) -> Callable:
     """Mark an app method as the handler of ``method`` on ``paths``.
 
     ``inline=True`` promises that the handler never blocks: it answers at once
     or returns a :class:`Pending`, unless the request asks for a stream (its
     JSON body has a true ``"stream"``).  Such handlers may run in the event
-    loop's thread; the others always run in a thread of their own."""
+    loop's thread; the others always run in a thread of their own.
+
+    ``prompt``, for an inline handler, takes the request's JSON object and
+    gives ``(model name or None, text)`` when the handler will tokenize that
+    one text as a prompt, else None: the event loop then tokenizes a turn's
+    prompts together before their handlers run (:mod:`mtok.managers.ahead`)."""
     def mark(fn: Callable) -> Callable:
         fn.__dict__.setdefault("routes", []).extend((method, p) for p in paths)
         if inline:
             fn.inline = True
+        if prompt is not None:
+            fn.prompt = prompt
         return fn
 
     return mark

@@ -60,6 +60,8 @@ class ModelEntry:
     tokenizer: Tokenizer
     context_length: int
     chat: ModelChat = field(default_factory=lambda: ModelChat(None))  # its chat template(s), if any
+    # text -> ids tokenized ahead for this turn's routes (mtok.managers.ahead), taken by prepare.encode_batch
+    ahead: Dict[str, List[int]] = field(default_factory=dict)
 
     def check_ids(self, seqs: List[List[int]], param: str) -> None:
         n = self.tokenizer.vocab_size

@@ -79,7 +79,13 @@ def check_skip_tokenizer_init(obj: GenerateReqInput, args: ServerArgs) -> None:
 
 
 def encode_batch(model: ModelEntry, texts: List[str], watch: Optional[Any]) -> List[List[int]]:
-    """Tokenize in slices, and stop if the client has gone meanwhile."""
+    """Tokenize in slices, and stop if the client has gone meanwhile; a single
+    text tokenized ahead with this turn's others (mtok.managers.ahead) is taken
+    as it is."""
+    if len(texts) == 1 and model.ahead:
+        ids = model.ahead.pop(texts[0], None)
+        if ids is not None:
+            return [ids]
     out: List[List[int]] = []
     for start in range(0, len(texts), ENCODE_SLICE):
         if start and watch is not None and watch.gone():

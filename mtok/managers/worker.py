@@ -25,6 +25,7 @@ from ..api.listen import make_listen_socket
 from ..wire.metrics import publish
 from ..procutil import ChildBoot, exit_now, on_signal
 from ..wire.status import FIRST_WORKER_SLOT, ServerState, StatusBoard
+from .ahead import EncodeAhead
 from .tokenizer_manager import TokenizerManager, TokenizerWorker
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class HttpFrontend:
         if loop.enabled(args):
             corked = getattr(tm.send_to_scheduler, "corked", None)
             fewest = functools.partial(board.fewest_connections, slot) if shared else None
-            self.loop = loop.EventLoop(self.httpd, corked, fewest)
+            self.loop = loop.EventLoop(self.httpd, corked, fewest, EncodeAhead(tm).turn)
         if not tm.receives_in_thread:  # the inbox is ours to read: in the loop, or in a thread
             if self.loop is not None:
                 tm.recv_from_detokenizer.attach(self.loop.add_reader, self.loop.remove_reader, tm.handle_message)

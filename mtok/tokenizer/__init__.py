@@ -96,6 +96,9 @@ class Tokenizer:
     """
 
     backend = "?"
+    # Whether encode_batch lets other threads run meanwhile (tokenizers releases
+    # the GIL): only then is it worth encoding in two threads at once.
+    releases_gil = False
 
     def __init__(self, files: TokenizerFiles):
         self.files = files

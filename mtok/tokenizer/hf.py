@@ -14,6 +14,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 class HFTokenizer(LibraryTokenizer):
     backend = "hf"
+    releases_gil = True  # encode_batch_fast
 
     def __init__(self, files: TokenizerFiles):
         try:
