@@ -57,24 +57,29 @@ class BPE:
             self._bytes_ids = [vocab[t] for t in BYTE_TOKENS]
         # set by _build_merges: byte fallback, no affixes, and no merge has a byte token on either side
         self._inert_bytes = False
-        self._merges = self._build_merges(merges)
-        self._cuts = self._find_cuts(merges)
+        self._cuts: Optional[Cuts] = None  # where long words are cut (bpe_cuts): unaffixed files only
+        if self.prefix:
+            self._merges = self._build_prefixed_merges(merges)
+        else:
+            left, right = _columns(merges)
+            self._merges = self._build_merges(merges, left, right)
+            if not self.suffix:
+                self._cuts = find_cuts(left, right, vocab, self._inert_bytes)
         self._chunks: Dict[str, List[int]] = {}
 
-    def _build_merges(self, merges: Sequence[Tuple[str, str]]) -> Dict[int, int]:
+    def _build_merges(self, merges: Sequence[Tuple[str, str]], left: Sequence[str], right: Sequence[str]
+                      ) -> Dict[int, int]:
         """The packed merge table, built with C-level ``map``s: no Python code runs per merge.
+        ``left`` and ``right``: the merges' parts (``_columns``).
 
         A 262k-entry file has ~260k merges; a Python loop over them costs a second.
         """
-        if self.prefix:
-            return self._build_prefixed_merges(merges)
-        left, right = _columns(merges)
         get = self.vocab.get
         a_ids, b_ids = list(map(get, left)), list(map(get, right))
         new_ids = list(map(get, map(operator.add, left, right)))
         if None in a_ids or None in b_ids or None in new_ids:
             _refuse_merges(self.vocab, merges)
-        if self._bytes_ids is not None and not self.suffix:  # (a prefix took the other builder)
+        if self._bytes_ids is not None and not self.suffix:
             byte_ids = set(self._bytes_ids)
             self._inert_bytes = byte_ids.isdisjoint(a_ids) and byte_ids.isdisjoint(b_ids)
         width = itertools.repeat(self._width)
@@ -98,13 +103,6 @@ class BPE:
                 raise TokenizerError(f"BPE: merged token {merged!r} is not in the vocabulary")
             table[a_id * self._width + b_id] = rank * self._width + new_id
         return table
-
-    def _find_cuts(self, merges: Sequence[Tuple[str, str]]) -> Optional[Cuts]:
-        """Where a long word can be cut without changing its tokens, if anywhere (``bpe_cuts``)."""
-        if self.prefix or self.suffix:
-            return None
-        singles = (t for t in self.vocab if len(t) == 1)
-        return find_cuts(*_columns(merges), singles, self._inert_bytes)
 
     @classmethod
     def from_json(cls, d: dict) -> "BPE":

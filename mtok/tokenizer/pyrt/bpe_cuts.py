@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import operator
 import re
-from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Container, List, NamedTuple, Optional, Sequence, Tuple
 
 MARK = "\u2581"
 # A separator for joining the junctions: the first character none holds.
@@ -49,13 +49,14 @@ class Cuts(NamedTuple):
     alpha_whole: bool = False
 
 
-def find_cuts(left: Sequence[str], right: Sequence[str], vocab_chars: Iterable[str],
+def find_cuts(left: Sequence[str], right: Sequence[str], vocab: Container[str],
               inert_bytes: bool) -> Optional[Cuts]:
     """Where texts can be cut, or ``None``; ``left``, ``right``: every merge's
-    parts; ``vocab_chars``: the single-character tokens."""
-    known = set(vocab_chars)
+    parts; ``vocab``: the tokens."""
+    if MARK not in vocab:
+        return None
     joined = _junctions(left, right)
-    if joined is None or MARK not in known:
+    if joined is None:
         return None
     text, sep = joined
     if re.search(f"[^{MARK}{re.escape(sep)}]{MARK}", text):
@@ -63,7 +64,7 @@ def find_cuts(left: Sequence[str], right: Sequence[str], vocab_chars: Iterable[s
     coarse = re.compile(f"{MARK}*[^{MARK}]+|{MARK}+")
     if not inert_bytes:
         return Cuts(coarse, None)
-    unknown = "".join(c for c in map(chr, range(256)) if c not in known)
+    unknown = "".join(c for c in map(chr, range(256)) if c not in vocab)
     tail = f"|[{re.escape(unknown)}]+" if unknown else ""
     to_rest, to_letters = _moved(unknown + sep, text)  # when searching, the separator is in no class
     groups = _groups(_classes(unknown, to_rest, to_letters), _classes(unknown + sep, to_rest, to_letters), text)
