@@ -204,18 +204,22 @@ class EventLoop:
             self._accept_stopped.set()
         while self.woken:
             conn = self.woken.popleft()
-            if conn.state == WAITING and self.conns.get(conn.fd) is conn:
+            if self._still(conn, WAITING):
                 self._safely(conn.fd, self._advance, conn)
         for _ in range(len(self.again)):  # one request each per turn: a pipelining client waits its turn
             conn = self.again.popleft()
-            if conn.state == READING and self.conns.get(conn.fd) is conn:
+            if self._still(conn, READING):
                 self._safely(conn.fd, self._serve, conn)
         planned, self.planned = self.planned, []
         if planned:
             with self.prepare_turn([plan for _, plan in planned]):
                 for conn, plan in planned:
-                    if conn.state == READING and self.conns.get(conn.fd) is conn:
+                    if self._still(conn, READING):
                         self._safely(conn.fd, self._dispatch, conn, plan.handler, plan.request, plan.close)
+
+    def _still(self, conn: Conn, state: str) -> bool:
+        """Whether ``conn``, noted earlier in the turn, is open and in ``state`` yet."""
+        return conn.state == state and self.conns.get(conn.fd) is conn
 
     def _safely(self, fd: int, fn: Callable[..., None], *args: Any) -> None:
         """A bug costs the connection it struck (logged, closed), never the loop."""
