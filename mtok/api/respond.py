@@ -66,8 +66,13 @@ def encode_outcome(result: Any, endpoint: str) -> Tuple[Optional[int], bytes, st
         return None, b"", "", None
     if isinstance(result, Exception) and not isinstance(result, APIError):
         logger.error("error serving %s", endpoint, exc_info=result)
-        result = APIError(f"internal error: {type(result).__name__}", 500)
+        result = internal_error(result)
     return encode_result(result)
+
+
+def internal_error(exc: BaseException) -> APIError:
+    """The 500 a route's bug is answered with (its type only: no internals leak)."""
+    return APIError(f"internal error: {type(exc).__name__}", 500)
 
 
 def encode_result(result: Any) -> Tuple[int, bytes, str, Optional[Dict[str, str]]]:

@@ -39,7 +39,8 @@ from .framing import (
     read_exact,
     read_headers,
 )
-from .respond import JSON, JSON_TYPE, TEXT_TYPE, body_fields, encode_result, json_body, refuse, response_head
+from .respond import (JSON, JSON_TYPE, TEXT_TYPE, body_fields, encode_result, internal_error, json_body, refuse,
+                      response_head)
 from ..wire.metrics import Metrics
 from .routes import OPEN_PATHS, EventStream, Pending, Request, Response, collect_routes, find_route, route  # noqa: F401
 from ..managers.request_handle import ClientDisconnected
@@ -249,7 +250,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
         except Exception as e:  # a bug must cost one request, never the server
             logger.exception("error in %s %s", self.command, path)
-            self.fail(APIError(f"internal error: {type(e).__name__}", 500))
+            self.fail(internal_error(e))
 
     def fail(self, e: APIError) -> None:
         """Answer an error, unless a response has begun: then all the client can
