@@ -166,6 +166,12 @@ SETTINGS: Tuple[Setting, ...] = (
        doc="stop strings in one request (400 beyond)"),
     _S(("--max-stop-chars",), "characters in all of a request's stop strings together (default: %(default)s)",
        16384, int, check=positive, doc="characters in all of one request's stop strings (400 beyond)"),
+    _S(("--max-logprobs",), "top logprobs per token a request may ask for (default: %(default)s)", 20, int,
+       check=not_negative, doc="top logprobs per token a request may ask for, as vLLM's flag (400 beyond)"),
+    _S(("--max-logprob-entries",), "logprob values one request may ask for, over its prompts, samples and tokens "
+       "(default: %(default)s)", 10_000_000, int, check=positive,
+       doc="logprob values one request may ask for: prompts × `n` × (scored prompt tokens + max new tokens) × "
+           "(1 + top logprobs + token ids asked) (400 beyond)"),
     # -- behaviour --------------------------------------------------------------------------------------------
     _S(("--listen-mode",), "how workers share the port: one inherited socket ('shared', what auto picks) or one "
        "SO_REUSEPORT socket each (default: %(default)s)", "auto", choices=("auto", "reuseport", "shared"),

@@ -191,5 +191,5 @@ def chat_logprobs(got: Dict[str, Any]) -> Optional[LogprobParams]:
         if got.get("top_logprobs"):
             raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
         return None
-    return LogprobParams(top_n=got.get("top_logprobs", 0), with_text=True)
+    return LogprobParams(top_n=got.get("top_logprobs", 0), with_text=True, param="top_logprobs")
 

@@ -70,7 +70,6 @@ def _rows(action: str, where: Iterable[str], names: str, why: str = "", default:
 
 _int0 = lambda x, n: v.as_int(x, n, 0)  # noqa: E731
 _int1 = lambda x, n: v.as_int(x, n, 1)  # noqa: E731
-_top_n = lambda x, n: v.as_int(x, n, 0, 20)  # noqa: E731  (OpenAI's most top logprobs per token)
 _MAX_ALIASES = ("max_tokens", "max_completion_tokens")
 _MULTIMODAL = "this server's engines take text only"
 _RETURN = "this server does not produce it"
@@ -127,13 +126,14 @@ TABLE: Tuple[Field, ...] = (
     # -- logprobs --------------------------------------------------------------------------
     Field("return_logprob", _where(GEN), USED, v.as_bool, False, capability="logprobs"),
     Field("logprob_start_len", _where(GEN), USED, lambda x, n: v.as_int(x, n, -1), -1),
+    # how many top logprobs: bounded by --max-logprobs (20, as vLLM and OpenAI), checked in mtok.api.limits
     Field("top_logprobs_num", _where(GEN), USED, _int0, 0, capability="top_logprobs"),
     Field("token_ids_logprob", _where(GEN), USED, v.token_list, None, capability="token_ids_logprob"),
     Field("return_text_in_logprobs", _where(GEN), USED, v.as_bool, False),
     # OpenAI's shapes: completions' 'logprobs' is how many top tokens, chat's a switch (with 'top_logprobs')
-    Field("logprobs", _where(CMPL), USED, _top_n, None, capability="logprobs"),
+    Field("logprobs", _where(CMPL), USED, _int0, None, capability="logprobs"),
     Field("logprobs", _where(CHAT), USED, v.as_bool, False, capability="logprobs"),
-    Field("top_logprobs", _where(CHAT), USED, _top_n, 0, capability="top_logprobs"),
+    Field("top_logprobs", _where(CHAT), USED, _int0, 0, capability="top_logprobs"),
     # -- adapters: forwarded to an engine that has them ---------------------------------
     Field("lora_path", _where(GEN, ENC, OAI, EMB), FORWARDED, v.as_str, capability="lora"),
     Field("lora_id", _where(GEN, ENC), FORWARDED, v.as_str, capability="lora"),

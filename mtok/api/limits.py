@@ -2,9 +2,17 @@
 
 Each limit bounds work that one request could otherwise make every other
 request pay for: stop strings are matched on every step of every request
-that has them, and a batch is tokenized and de-duplicated on the handler's
-thread.  The limits are flags (see :mod:`mtok.wire.args`) and the README's
-Operations section lists them.
+that has them, a batch is tokenized and de-duplicated on the handler's
+thread, and every logprob value is computed in the scheduler's one thread,
+carried through the detokenizer and rendered as JSON by the worker (about
+7 us each at N = 1 on two cores: a million take seconds and tens of MB).
+So logprobs have two bounds: per token (``--max-logprobs``, vLLM's flag and
+default, OpenAI's cap), and per request (``--max-logprob-entries``: prompts
+x ``n`` x (scored prompt tokens + max new tokens) x (1 + top-k + ids asked
+by id), what it asks for, not what it happens to generate).  Plain
+generation needs no such bound: each sample is a request of its own, held
+to the context length and counted against the queue limits.  The limits are
+flags (see :mod:`mtok.wire.args`) and the README's Operations section lists them.
 
 Request ids: a generated id is ``mtok-`` and 128 random bits, so nobody can
 guess the next one to claim it or abort it; a client-supplied ``rid`` may not
@@ -59,3 +67,17 @@ def check_stops(stops: Optional[List[str]], max_count: int, max_chars: int) -> N
 def check_batch_size(n: int, limit: int, param: str) -> None:
     if n > limit:
         raise bad(f"{n} prompts in one request; at most {limit} are allowed (--max-prompts-per-request)", param)
+
+
+def check_top_logprobs(top_n: int, limit: int, param: str) -> None:
+    if top_n > limit:
+        raise bad(f"'{param}' asks for {top_n} top logprobs per token; at most {limit} are allowed "
+                  "(--max-logprobs)", param)
+
+
+def check_logprob_entries(entries: int, limit: int, param: str) -> None:
+    """``entries``: what :func:`mtok.managers.prepare.logprob_entries` counts."""
+    if entries > limit:
+        raise bad(f"this request asks for {entries} logprob values (prompts x n x (scored prompt tokens + max new "
+                  f"tokens) x (1 + top logprobs + token ids asked)); at most {limit} are allowed "
+                  "(--max-logprob-entries)", param)

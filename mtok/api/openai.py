@@ -80,7 +80,7 @@ def parse_completion(body: Any, strict: bool = False) -> "tuple[GenerateReqInput
     obj = GenerateReqInput(sampling_params=sp, stream=fields.value(got, fields.CMPL, "stream"),
                            model=got.get("model"), lora_path=got.get("lora_path"), rid=got.get("rid"))
     if logprobs is not None:
-        obj.logprobs = LogprobParams(start_len=0 if echo else -1, top_n=logprobs, with_text=True)
+        obj.logprobs = LogprobParams(start_len=0 if echo else -1, top_n=logprobs, with_text=True, param="logprobs")
     parse_prompt(got["prompt"], obj)
     obj.rid = parse_rid(obj.rid, obj.is_batch, obj.batch_size)
     return obj, opts

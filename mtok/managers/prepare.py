@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
-from ..api.limits import check_batch_size, check_client_rids, check_stops
+from ..api.limits import (check_batch_size, check_client_rids, check_logprob_entries, check_stops,
+                          check_top_logprobs)
 from ..api.validate import bad, show
 from ..wire.args import ServerArgs
 from ..wire.io_struct import GenerateReqInput, TokenizedEmbeddingReqInput, TokenizedGenerateReqInput
@@ -25,6 +26,8 @@ def generate_prompts(obj: GenerateReqInput, model: ModelEntry, args: ServerArgs,
                      ) -> List[List[int]]:
     """The token ids of each prompt of ``obj`` (tokenized here when given as text)."""
     check_skip_tokenizer_init(obj, args)
+    if obj.logprobs is not None:  # before tokenizing: it needs no prompt
+        check_top_logprobs(obj.logprobs.top_n, args.max_logprobs, obj.logprobs.param)
     if not obj.rid_is_ours:
         check_client_rids(obj.rid if isinstance(obj.rid, list) else [obj.rid] if obj.rid else None)
     if obj.text is not None:
@@ -40,6 +43,8 @@ def generate_prompts(obj: GenerateReqInput, model: ModelEntry, args: ServerArgs,
 def generate_reqs(obj: GenerateReqInput, prompts: List[List[int]], model: ModelEntry, args: ServerArgs
                   ) -> List[TokenizedGenerateReqInput]:
     """One message per prompt and sample; ``obj`` has its rids by now."""
+    if obj.logprobs is not None:
+        check_logprob_entries(logprob_entries(obj, prompts), args.max_logprob_entries, obj.logprobs.param)
     rids = obj.rid if isinstance(obj.rid, list) else [obj.rid]
     out = []
     checked = None
@@ -64,6 +69,21 @@ def generate_reqs(obj: GenerateReqInput, prompts: List[List[int]], model: ModelE
             out.append(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp, stream=obj.stream,
                                                  model=model.name, logprobs=obj.logprobs, lora_path=obj.lora_path))
     return out
+
+
+def logprob_entries(obj: GenerateReqInput, prompts: List[List[int]]) -> int:
+    """The logprob values ``obj`` asks for: per prompt, ``n`` x (its tokens
+    scored from ``logprob_start_len`` on + ``max_new_tokens``) x (the token's
+    own + the top ones + those asked for by id)."""
+    lp = obj.logprobs
+    per_token = 1 + lp.top_n + len(lp.token_ids or ())  # type: ignore[union-attr]
+    start = lp.start_len  # type: ignore[union-attr]
+    total = 0
+    for i, ids in enumerate(prompts):
+        sp = obj.params_at(i)
+        scored = len(ids) - start if 0 <= start < len(ids) else 0
+        total += sp.n * (scored + sp.max_new_tokens)
+    return total * per_token
 
 
 def check_skip_tokenizer_init(obj: GenerateReqInput, args: ServerArgs) -> None:

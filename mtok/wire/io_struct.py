@@ -59,6 +59,7 @@ class LogprobParams:
     top_n: int = 0
     token_ids: Optional[List[int]] = None
     with_text: bool = False
+    param: str = "top_logprobs_num"  # the request field that asked for top_n, named in its errors
 
 
 @dataclass
