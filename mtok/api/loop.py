@@ -46,8 +46,9 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ..managers.request_handle import WATCH_AFTER
 from . import inline
+from .loop_accept import PAUSED_POLL, Acceptor
 from .loop_conn import READING, WAITING, WRITING, Conn, LoopWatch
-from .respond import body_fields, encode_outcome, response_head
+from .respond import body_fields, encode_outcome, internal_error, response_head
 from .routes import EventStream, Pending, Request
 from .validate import APIError
 
@@ -55,7 +56,6 @@ logger = logging.getLogger(__name__)
 
 AVAILABLE = hasattr(select, "epoll") and hasattr(select, "EPOLLRDHUP")
 RECV_SIZE = 256 << 10
-PAUSED_POLL = 0.001  # seconds a worker that holds more connections than another leaves a new one to it
 
 
 def enabled(args: Any) -> bool:
@@ -78,12 +78,8 @@ class EventLoop:
     must not raise.
 
     ``fewest``, if given, is told this worker's open connections and says
-    whether it holds the fewest of the workers sharing the listening socket.
-    Only then does the loop accept; else it stops watching the socket for a
-    moment (``PAUSED_POLL``), while the others take their turn.  Without this, loops on one
-    socket leave every connection to whichever wakes first: a loop is waiting
-    on epoll, so "idle", however many connections it holds (a handler thread
-    per connection spread them by itself).
+    whether it holds the fewest of the workers sharing the listening socket:
+    only then does the loop accept (:mod:`mtok.api.loop_accept` says why).
     """
 
     def __init__(self, httpd: Any, corked: Optional[Callable[[], Any]] = None,
@@ -91,15 +87,13 @@ class EventLoop:
                  prepare_turn: Optional[Callable[[List[inline.Plan]], Any]] = None):
         self.httpd = httpd
         self.corked = corked or contextlib.nullcontext
-        self.fewest = fewest
+        self.acceptor = Acceptor(httpd, fewest)
         self.prepare_turn = prepare_turn or (lambda plans: contextlib.nullcontext())
         self.planned: List[Tuple[Conn, inline.Plan]] = []  # requests read this turn, run at its end
-        self._paused = False  # the listening socket is not watched, for now
         self.conns: Dict[int, Conn] = {}
         self.woken: Deque[Conn] = collections.deque()  # conns whose mailbox was filled
         self.again: Deque[Conn] = collections.deque()  # conns with a next request already buffered
         self._signalled = False
-        self._accepting = True
         self._accept_stopped = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
         self._readers: Dict[int, Callable[[], None]] = {}
@@ -128,7 +122,7 @@ class EventLoop:
         listener.setblocking(False)
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        ep = self.epoll = select.epoll()
+        ep = self.epoll = self.acceptor.epoll = select.epoll()
         ep.register(listener.fileno(), select.EPOLLIN)
         ep.register(self._wake_r.fileno(), select.EPOLLIN)
         for fd in self._readers:
@@ -137,8 +131,9 @@ class EventLoop:
         next_tick = 0.0
         while True:
             # no wait while something is ready: a pipelined request, news put after the last turn's run
-            events = ep.poll(0 if self.woken or self.again else PAUSED_POLL if self._paused else poll_interval)
-            self._resume_accepting()
+            events = ep.poll(0 if self.woken or self.again else PAUSED_POLL if self.acceptor.paused
+                             else poll_interval)
+            self.acceptor.resume()
             with self.corked():
                 for fd, ev in events:
                     self._safely(fd, self._event, fd, ev)
@@ -151,7 +146,7 @@ class EventLoop:
 
     def stop_accepting(self, timeout: float = 5.0) -> None:
         """Take no more connections (any thread); those open are served on."""
-        self._accepting = False
+        self.acceptor.accepting = False
         if self.epoll is None:
             return
         self._signal()
@@ -178,11 +173,13 @@ class EventLoop:
             if reader is not None:
                 reader()
             elif fd == self._wake_r.fileno():
-                self._signalled = False  # before the woken are run: a later wake signals again
                 try:
                     self._wake_r.recv(4096)
                 except OSError:
                     pass
+                # after the read, before the woken are run: a wake that saw the flag set
+                # queued its conn before this, and any later one signals again
+                self._signalled = False
             else:
                 self._accept()
         elif conn.state == READING:
@@ -199,8 +196,8 @@ class EventLoop:
             self._close(conn)
 
     def _run_ready(self) -> None:
-        if not self._accepting and not self._accept_stopped.is_set():
-            self._watch_listener(None)
+        if not self.acceptor.accepting and not self._accept_stopped.is_set():
+            self.acceptor.watch(None)
             self._accept_stopped.set()
         while self.woken:
             conn = self.woken.popleft()
@@ -222,53 +219,41 @@ class EventLoop:
         return conn.state == state and self.conns.get(conn.fd) is conn
 
     def _safely(self, fd: int, fn: Callable[..., None], *args: Any) -> None:
-        """A bug costs the connection it struck (logged, closed), never the loop."""
+        """A bug costs the request it struck (logged; a 500, then the connection
+        closed), never the loop."""
         try:
             fn(*args)
-        except Exception:
+        except Exception as e:  # noqa: BLE001
             logger.exception("the HTTP event loop failed on descriptor %d", fd)
             conn = self.conns.get(fd)
             if conn is not None:
-                try:
-                    self._close(conn)
-                except Exception:
-                    logger.exception("and could not close it")
+                self._fail(conn, e)
+
+    def _fail(self, conn: Conn, exc: Exception) -> None:
+        """Answer ``conn`` with the 500 of a bug unless its answer has begun (then,
+        or if that fails too, all it can be told is that the connection closes)."""
+        try:
+            if conn.status == 0 and conn.state != WRITING:
+                if conn.pending is not None:
+                    conn.pending.handle.close()
+                    conn.pending = None
+                if conn.started is None:
+                    self._begin(conn, "other", True)
+                conn.close = True  # what the loop knew of this connection is not to be trusted
+                return self._respond(conn, internal_error(exc))
+        except Exception:  # noqa: BLE001
+            logger.exception("and could not answer it")
+        try:
+            self._close(conn)
+        except Exception:  # noqa: BLE001
+            logger.exception("and could not close it")
 
     def _accept(self) -> None:
-        """One connection per turn, if this worker holds the fewest (see ``fewest``)."""
-        if self.fewest is not None and not self.fewest(self.httpd.connections):
-            if self._accepting:
-                self._watch_listener(0)
-                self._paused = True
-            return
-        try:
-            sock, addr = self.httpd.socket.accept()
-        except OSError:  # none left (another worker took it), or out of descriptors
-            return
-        if not self.httpd.admit(sock):
-            return
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = self.conns[sock.fileno()] = Conn(sock, addr, time.monotonic())
-        self.epoll.register(conn.fd, select.EPOLLIN | select.EPOLLRDHUP)
-        if self.fewest is not None:
-            self.fewest(self.httpd.connections)  # published at once: the others decide by it
-
-    def _resume_accepting(self) -> None:
-        if self._paused and self._accepting:
-            self._paused = False
-            self._watch_listener(select.EPOLLIN)
-
-    def _watch_listener(self, mask: Optional[int]) -> None:
-        """Watch the listening socket for ``mask`` (None: not at all), unless it
-        is closed already (its owner may close it before stop_accepting)."""
-        try:
-            if mask is None:
-                self.epoll.unregister(self.httpd.socket.fileno())
-            else:
-                self.epoll.modify(self.httpd.socket.fileno(), mask)
-        except (OSError, ValueError):
-            pass
+        got = self.acceptor.accept()
+        if got is not None:
+            conn = self.conns[got[0].fileno()] = Conn(got[0], got[1], time.monotonic())
+            self.epoll.register(conn.fd, select.EPOLLIN | select.EPOLLRDHUP)
+            self.acceptor.publish()
 
     def _read(self, conn: Conn) -> None:
         try:
@@ -376,6 +361,7 @@ class EventLoop:
     def _done(self, conn: Conn) -> None:
         """The response is out: count it, then close or wait for the next request."""
         self._finish_request(conn)
+        conn.status = 0  # no answer is on its way: a bug from here on is answered (see _fail)
         if conn.close:
             return self._close(conn)
         was = conn.state
