@@ -12,6 +12,7 @@ import http.server
 import json
 import logging
 import os
+import re
 import socket
 import time
 from typing import Any, Dict, Optional, Tuple
@@ -55,7 +56,22 @@ def body_fields(data: bytes, content_type: str) -> str:
 
 
 def json_body(value: Any) -> bytes:
-    return JSON.encode(value).encode()
+    return json_text_bytes(JSON.encode(value))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text_bytes(text: str) -> bytes:
+    """JSON text as UTF-8.  A lone surrogate (a model's ``"\\ud800"``, read back
+    by a parser's ``json.loads``) has no UTF-8; it can only stand inside a
+    string literal, so it is written as its JSON escape there, as
+    ``json.dumps(ensure_ascii=True)`` (SGLang) writes it and any JSON reader
+    reads it back.  Only a text that holds one pays for the search."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text).encode()
 
 
 def encode_outcome(result: Any, endpoint: str) -> Tuple[Optional[int], bytes, str, Optional[Dict[str, str]]]:
@@ -67,7 +83,11 @@ def encode_outcome(result: Any, endpoint: str) -> Tuple[Optional[int], bytes, st
     if isinstance(result, Exception) and not isinstance(result, APIError):
         logger.error("error serving %s", endpoint, exc_info=result)
         result = internal_error(result)
-    return encode_result(result)
+    try:
+        return encode_result(result)
+    except Exception as e:  # noqa: BLE001 (a body JSON cannot hold: the route's bug, answered as one)
+        logger.error("error writing the answer of %s", endpoint, exc_info=e)
+        return encode_result(internal_error(e))
 
 
 def internal_error(exc: BaseException) -> APIError:

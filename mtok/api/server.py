@@ -39,8 +39,8 @@ from .framing import (
     read_exact,
     read_headers,
 )
-from .respond import (JSON, JSON_TYPE, TEXT_TYPE, body_fields, encode_result, internal_error, json_body, refuse,
-                      response_head)
+from .respond import (JSON, JSON_TYPE, TEXT_TYPE, body_fields, encode_result, internal_error, json_body,
+                      json_text_bytes, refuse, response_head)
 from ..wire.metrics import Metrics
 from .routes import OPEN_PATHS, EventStream, Pending, Request, Response, collect_routes, find_route, route  # noqa: F401
 from ..managers.request_handle import ClientDisconnected
@@ -149,6 +149,15 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         if read_ahead:
             self.rfile = io.BufferedReader(ReadAhead(read_ahead, self.connection))
 
+    def finish(self) -> None:
+        """Close both files; what a client that left did not take is dropped
+        (the dispatch that saw it go has said so), not raised as a server error."""
+        for f in (self.wfile, self.rfile):
+            try:
+                f.close()  # the buffered writer closes its socket file even when its last flush fails
+            except OSError:
+                pass
+
     # http.server calls do_<METHOD>; every method goes through dispatch.
     def do_GET(self) -> None:
         self.dispatch()
@@ -197,7 +206,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
 
     def dispatch(self) -> None:
         self.server.count(1)
-        self.response_started = False
+        self.response_started = self.streaming = False
         start = time.monotonic()
         self.status = 0
         try:
@@ -248,6 +257,8 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             self.fail(APIError("the request took too long to arrive", 408))
         except (ClientDisconnected, BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+            if self.streaming:  # routine for a stream (a client that had enough): one line, no traceback
+                logger.info("client %s went away during a stream", self.address_string())
         except Exception as e:  # a bug must cost one request, never the server
             logger.exception("error in %s %s", self.command, path)
             self.fail(internal_error(e))
@@ -341,10 +352,10 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         if chunked:
             fields += "Transfer-Encoding: chunked\r\n"
         write, flush = self.wfile.write, self.wfile.flush
+        self.streaming = True
         write(self._head(200, fields, stream.headers))
         for ev in stream.events:
-            data = ev if isinstance(ev, str) else JSON.encode(ev)
-            payload = b"data: " + data.encode() + b"\n\n"
+            payload = b"data: " + json_text_bytes(ev if isinstance(ev, str) else JSON.encode(ev)) + b"\n\n"
             if chunked:
                 write(b"%x\r\n%s\r\n" % (len(payload), payload))
             else:
