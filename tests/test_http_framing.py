@@ -297,3 +297,66 @@ def test_a_head_read_at_once_or_in_pieces_reads_the_same(raw):
     whole, pieces = outcome(len(raw) or 1), outcome(3)
     assert whole == pieces
     assert outcome(1) == whole
+
+
+# -- the head's bounds, control characters and absolute-form targets (issue 23, finding 7) --------
+@pytest.fixture(scope="module", params=["loop", "threads"])
+def either(request, server_factory):
+    return server_factory("--http-timeout", "10", *(["--http-threads-only"] if request.param == "threads" else []))
+
+
+def get_with(extra: bytes, target: bytes = b"/health") -> bytes:
+    return b"GET %s HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n" % (target, extra)
+
+
+@pytest.mark.parametrize("extra", [
+    b"X: a\x00b\r\n", b"X: \x00\r\n", b"X: a\x01b\r\n", b"X: a\x1fb\r\n", b"X: a\x7fb\r\n", b"X\x00: a\r\n",
+    b"X: a\x0bb\r\n",
+], ids=["nul", "nul-alone", "soh", "us", "del", "nul-in-name", "vt"])
+def test_control_characters_in_a_field_are_refused(either, extra):
+    assert_refused_and_closed(either, get_with(extra) + SMUGGLED)
+
+
+@pytest.mark.parametrize("line", [b"GET /hea\x00lth HTTP/1.1\r\n", b"GET /health\t HTTP/1.1\r\n"], ids=["nul", "tab"])
+def test_control_characters_in_the_request_line_are_refused(either, line):
+    assert_refused_and_closed(either, line + b"Host: x\r\n\r\n" + SMUGGLED)
+
+
+def test_a_tab_and_obs_text_in_a_value_are_taken(either):
+    raw, closed = exchange(either, get_with(b"X: a\tb\r\nY: caf\xe9\r\n"))
+    assert statuses(raw) == [200] and closed, raw[:300]
+
+
+@pytest.mark.parametrize("extra", [
+    b"X: " + b"a" * 100_000 + b"\r\n",  # one 100 KB line
+    b"X: " + b"a" * (8192 - 2) + b"\r\n",  # one byte over 8 KiB
+    b"X: a\r\n" * 10_000,  # one name, 10,000 times
+    b"".join(b"X-%d: a\r\n" % i for i in range(100)),  # with Host and Connection, 102 lines
+    b"".join(b"X-%d: %s\r\n" % (i, b"a" * 8000) for i in range(9)),  # each line fits, the head does not
+], ids=["100kb-line", "8kib-plus-one", "10000-repeats", "102-lines", "72kb-head"])
+def test_an_oversized_head_is_431_and_closed(either, extra):
+    assert_refused_and_closed(either, get_with(extra) + SMUGGLED, 431)
+
+
+def test_a_head_at_its_bounds_is_served(either):
+    line = b"X: " + b"a" * (8192 - 3) + b"\r\n"  # 8 KiB exactly, CRLF aside
+    many = b"".join(b"X-%d: a\r\n" % i for i in range(98))  # 100 lines with Host and Connection
+    for extra in (line, many, line * 7):
+        raw, closed = exchange(either, get_with(extra))
+        assert statuses(raw) == [200] and closed, raw[:300]
+
+
+def test_a_request_line_over_8_kib_is_414(either):
+    assert_refused_and_closed(either, get_with(b"", b"/health?" + b"a" * 8200) + SMUGGLED, 414)
+
+
+@pytest.mark.parametrize("target,status", [
+    (b"http://example.com/health", 200), (b"HTTPS://example.com:8443/health?x=1", 200),
+    (b"http://example.com", 200), (b"http://example.com/nope", 404),  # no path: "/", mtok's root
+    (b"ftp://example.com/health", 400), (b"health", 400), (b"example.com/health", 400),
+])
+def test_an_absolute_form_target_is_read_as_its_path(either, target, status):
+    raw, closed = exchange(either, get_with(b"", target))
+    assert statuses(raw) == [status] and closed, raw[:300]
+    if status == 200:
+        assert first_json(raw).get("status" if b"health" in target else "name") in ("ok", "mtok")

@@ -3,12 +3,21 @@
 Where a request's head ends and where its body ends must be decided exactly
 as every other hop would decide it, or the bytes of one request can be read
 as another (request smuggling).  So this reader refuses what lenient parsers
-guess at: bare LF or CR, whitespace before a header's colon, a Content-Length
+guess at: bare LF or CR, control characters (NUL...) in the request line or a
+field, whitespace before a header's colon, a Content-Length
 that is not plain ASCII digits, Content-Length together with
 Transfer-Encoding, a transfer coding other than a single final ``chunked``,
 and chunk sizes that are not 1*HEXDIG.  Every refusal is a :class:`FramingError`;
 the handler answers it and closes the connection, since the rest of the
 stream can no longer be trusted.
+
+A head is bounded as nginx bounds it (its 8 KiB header buffers): a request
+line or a header line of at most :data:`MAX_LINE`, at most :data:`MAX_HEADERS`
+header lines (counted as lines: repeats of one name are joined, but each is
+read), the whole head at most :data:`MAX_HEAD` (431; a request line, 414).
+An absolute-form target (``http://host/path``, RFC 9112 section 3.2.2: a
+server must accept it) is read as its path and query; its authority stands
+for Host, which mtok does not route by.
 
 Bodies are bounded by ``--max-request-bytes`` whatever their framing; for a
 chunked body the chunk-size lines and CRLFs count too, and the chunks are
@@ -22,12 +31,15 @@ from typing import Any, Dict, Optional, Tuple
 
 from .validate import APIError
 
-MAX_HEADERS = 100
-MAX_LINE = 65536  # a request line or a header line
+MAX_HEADERS = 100  # header lines
+MAX_LINE = 8 << 10  # a request line or a header line, its CRLF not counted
+MAX_HEAD = 64 << 10  # the request line, the header lines and the empty line
 MAX_CHUNK_LINE = 1024  # a chunk-size line, extensions included
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # RFC 9110 token: a header name
-# a header line: a token, ':', the value (no CR or LF; linear: no lazy part to backtrack)
-_FIELD = re.compile(rf"({_TOKEN}):([^\r\n]*)")
+# a header line: a token, ':', the value (no control character but HTAB; linear: no lazy part to backtrack)
+_FIELD = re.compile(rf"({_TOKEN}):([^\x00-\x08\x0a-\x1f\x7f]*)")
+_CTL = re.compile(r"[\x00-\x1f\x7f]")
+_ABSOLUTE = re.compile(r"https?://[^/?#]*", re.IGNORECASE)  # an absolute-form target's scheme and authority
 _DIGITS = re.compile(r"[0-9]{1,18}")
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
@@ -70,16 +82,34 @@ def crlf_line(line: bytes, what: str) -> bytes:
 
 
 def parse_request_line(raw: bytes) -> Tuple[str, str, str]:
-    """(method, path, version) of a request line, CRLF included; a FramingError
-    for anything but three words ending in HTTP/1.1 or HTTP/1.0."""
-    words = crlf_line(raw, "the request line").decode("iso-8859-1").split(" ")
-    shown = raw.decode("iso-8859-1").rstrip("\r\n")[:100]
-    if len(words) != 3 or not words[2].startswith("HTTP/") or not all(words):
+    """(method, target in origin-form, version) of a request line, CRLF included;
+    a FramingError for anything but three words ending in HTTP/1.1 or HTTP/1.0."""
+    if len(raw) > MAX_LINE + 2:
+        raise FramingError(f"the request line is longer than {MAX_LINE >> 10} KiB", 414)
+    line = crlf_line(raw, "the request line").decode("iso-8859-1")
+    words = line.split(" ")
+    shown = line[:100]
+    if len(words) != 3 or not words[2].startswith("HTTP/") or not all(words) or _CTL.search(line):
         raise FramingError(f"bad request line {shown!r}")
-    command, path, version = words
+    command, target, version = words
     if version not in ("HTTP/1.1", "HTTP/1.0"):
         raise FramingError(f"unsupported HTTP version in {shown!r}; use HTTP/1.1 or HTTP/1.0")
-    return command, "/" + path.lstrip("/") if path.startswith("//") else path, version
+    return command, origin_form(target, shown), version
+
+
+def origin_form(target: str, shown: str) -> str:
+    """The path and query of a request target: as it is (``//`` at its start made
+    ``/``), or out of an absolute-form ``http(s)://authority/path?query``; ``*``
+    (OPTIONS) stays; anything else is a FramingError."""
+    if target.startswith("/"):
+        return "/" + target.lstrip("/") if target.startswith("//") else target
+    if target == "*":
+        return target
+    m = _ABSOLUTE.match(target)
+    if m is None:
+        raise FramingError(f"bad request target in {shown!r}: use /path or http://host/path")
+    rest = target[m.end():]
+    return origin_form(rest, shown) if rest.startswith("/") else "/" + rest
 
 
 def head_framing(headers: Headers, version: str, limit: int) -> Tuple[str, int, bool]:
@@ -93,27 +123,32 @@ def head_framing(headers: Headers, version: str, limit: int) -> Tuple[str, int, 
 
 def head_lines(head: bytes) -> Headers:
     """The header fields of a head's lines (from after the request line to before the
-    empty line, CRLFs between them), as :func:`read_headers` takes a buffered head."""
+    empty line, CRLFs between them), as :func:`read_headers` takes a buffered head;
+    the whole head's size is its reader's to bound (:data:`MAX_HEAD`)."""
     headers = Headers()
     if head:
-        for line in head.decode("iso-8859-1").split("\r\n"):
+        for n, line in enumerate(head.decode("iso-8859-1").split("\r\n")):
+            if n >= MAX_HEADERS or len(line) > MAX_LINE:
+                _too_large(n)
             parse_header_line(headers, line)
     return headers
 
 
-def read_headers(rfile: Any) -> Headers:
-    """The header fields up to the empty line.  When the whole head is already in the
-    reader's buffer (the usual case: it came in the same packet as the request line)
-    it is taken in one piece and split; else it is read line by line.  Both refuse
-    exactly the same heads: in a head whose lines all end with CRLF and hold no other
-    CR or LF, the first CRLFCRLF is its end."""
-    head = _buffered_head(rfile)
-    return _read_header_lines(rfile) if head is None else head_lines(head)
+def read_headers(rfile: Any, used: int = 0) -> Headers:
+    """The header fields up to the empty line, after a request line of ``used``
+    bytes.  When the whole head is already in the reader's buffer (the usual case:
+    it came in the same packet as the request line) it is taken in one piece and
+    split; else it is read line by line.  Both refuse exactly the same heads: in a
+    head whose lines all end with CRLF and hold no other CR or LF, the first
+    CRLFCRLF is its end, and both check each line in turn."""
+    head = _buffered_head(rfile, used)
+    return _read_header_lines(rfile, used) if head is None else head_lines(head)
 
 
-def _buffered_head(rfile: Any) -> Optional[bytes]:
-    """The head's lines if its end is already buffered, consumed from ``rfile``;
-    None (nothing consumed) if it is not, or ``rfile`` cannot peek."""
+def _buffered_head(rfile: Any, used: int) -> Optional[bytes]:
+    """The head's lines if its end is already buffered (within :data:`MAX_HEAD`),
+    consumed from ``rfile``; None (nothing consumed) if it is not, or ``rfile``
+    cannot peek."""
     peek = getattr(rfile, "peek", None)
     if peek is None:
         return None
@@ -122,41 +157,51 @@ def _buffered_head(rfile: Any) -> Optional[bytes]:
         rfile.read(2)
         return b""
     end = buffered.find(b"\r\n\r\n")
-    if end < 0:
+    if end < 0 or used + end + 4 > MAX_HEAD:
         return None
     rfile.read(end + 4)  # from the buffer: no system call
     return buffered[:end]
 
 
-def _read_header_lines(rfile: Any) -> Headers:
-    headers = Headers()
+def _read_header_lines(rfile: Any, used: int) -> Headers:
+    headers, n = Headers(), 0  # n: the header lines read
     while True:
-        raw = rfile.readline(MAX_LINE + 1)
-        if len(raw) > MAX_LINE:
-            raise FramingError("a header line is longer than 64 KiB", 431)
+        raw = rfile.readline(MAX_LINE + 3)
+        used += len(raw)
+        if len(raw) > MAX_LINE + 2 or (raw != b"\r\n" and n >= MAX_HEADERS):
+            _too_large(n)
+        if used > MAX_HEAD:
+            raise FramingError(f"the request head is longer than {MAX_HEAD >> 10} KiB", 431)
         if not raw:
             raise FramingError("the connection closed inside the request head")
         line = crlf_line(raw, "a header line")
         if not line:
             return headers
         parse_header_line(headers, line.decode("iso-8859-1"))
+        n += 1
+
+
+def _too_large(n: int) -> None:
+    if n >= MAX_HEADERS:
+        raise FramingError(f"more than {MAX_HEADERS} header lines", 431)
+    raise FramingError(f"a header line is longer than {MAX_LINE >> 10} KiB", 431)
 
 
 def parse_header_line(headers: Headers, line: str) -> None:
     """One ``name: value`` line (CRLF removed) into ``headers``, with one regular
     expression (a token, a colon, a value), the value without the spaces and tabs around it."""
     m = _FIELD.fullmatch(line)
-    if m is None or len(headers) >= MAX_HEADERS:
-        _refuse_line(headers, line)
+    if m is None:
+        _refuse_line(line)
     name, value = m.groups()
     add_header(headers, name.lower(), value.strip(" \t"))
 
 
-def _refuse_line(headers: Headers, line: str) -> None:
+def _refuse_line(line: str) -> None:
     if "\r" in line or "\n" in line:
         raise FramingError(f"a header line must end with CRLF and hold no bare CR or LF: {line[:100]!r}")
-    if len(headers) >= MAX_HEADERS:
-        raise FramingError(f"more than {MAX_HEADERS} headers", 431)
+    if _CTL.search(line.replace("\t", " ")):
+        raise FramingError(f"a header line holds a control character: {line[:100]!r}")
     # no token before the colon: obs-fold, a space before ':', no colon at all
     raise FramingError(f"malformed header line {line[:100]!r}")
 

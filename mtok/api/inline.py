@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
-from .framing import LENGTH, NO_BODY, FramingError, head_framing, head_lines, is_json_type, parse_request_line
+from .framing import (LENGTH, MAX_HEAD, NO_BODY, FramingError, head_framing, head_lines, is_json_type,
+                      parse_request_line)
 from .routes import OPEN_PATHS, Request, find_route
 from .server import has_api_key
 from .validate import APIError, parse_json
 
 INLINE_MAX_BODY = 64 << 10  # larger bodies go to a thread, to tokenize there without stalling the loop
-MAX_HEAD = 64 << 10  # no end of head within this many bytes: a thread answers (431 or 400)
 WAIT, HAND_OVER = "wait", "hand over"
 
 
@@ -37,8 +37,10 @@ def take(httpd: Any, buf: bytearray) -> Union[str, Plan]:
     (whose bytes are then removed from it).  ``httpd`` is the
     :class:`~mtok.api.server.HTTPServer` whose routes and limits apply."""
     end = buf.find(b"\r\n\r\n")
-    if end < 0:  # a thread reads line by line: a bare LF, it refuses at once
+    if end < 0:  # a thread reads line by line: a bare LF, it refuses at once; too long a head, 431
         return HAND_OVER if len(buf) > MAX_HEAD or buf.count(b"\n") != buf.count(b"\r\n") else WAIT
+    if end + 4 > MAX_HEAD:
+        return HAND_OVER
     try:
         head = _head(httpd, buf, end)
     except FramingError:
@@ -67,7 +69,7 @@ def _head(httpd: Any, buf: bytearray, end: int) -> Optional[tuple]:
     framing, length, close = head_framing(headers, version, httpd.max_body)
     path = target.partition("?")[0]
     if httpd.draining or framing not in (NO_BODY, LENGTH) or length > INLINE_MAX_BODY or "expect" in headers \
-            or (httpd.cors and "origin" in headers) or "://" in path:
+            or (httpd.cors and "origin" in headers):
         return None
     if command in ("POST", "PUT"):
         if "content-length" not in headers or not is_json_type(headers.get("content-type")):

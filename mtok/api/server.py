@@ -22,7 +22,6 @@ import socketserver
 import threading
 import time
 from typing import Any, Callable, Dict, Optional
-from urllib.parse import urlsplit
 
 from .connections import ConnectionWatch, DisconnectWatcher, ReadDeadlines
 from .listen import LISTEN_BACKLOG
@@ -199,7 +198,7 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
 
     def _parse_head(self) -> None:
         self.command, self.path, self.request_version = parse_request_line(self.raw_requestline)
-        self.headers = read_headers(self.rfile)
+        self.headers = read_headers(self.rfile, len(self.raw_requestline))
         self.framing, self.body_length, self.close_connection = head_framing(
             self.headers, self.request_version, self.server.max_body)
         self.body_done = self.framing == NO_BODY
@@ -219,8 +218,6 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
 
     def _dispatch(self) -> None:
         path, _, query = self.path.partition("?")
-        if "://" in path:
-            path = urlsplit(path).path
         try:
             if self.expired:  # the headers were cut short by the deadline
                 self.close_connection = True
