@@ -264,3 +264,23 @@ def test_sandbox_hides_internals_as_jinja2_does(src):
 @pytest.mark.parametrize("src", WHITESPACE)
 def test_whitespace_control_as_jinja2(src):
     assert render(src, "python") == render(src, "jinja2")
+
+
+# Python keywords as keyword arguments (issue 23, finding 9): generated Python cannot spell them ``class=``.
+KEYWORD_ARGUMENTS = [
+    "{{ dict(class=1) }}",
+    "{{ dict(class=1, a=2, if='x') }}",
+    "{{ dict(None=1, True=2, lambda=3, from=4, import=5) }}",
+    "{{ dict(*[[('x', 1)]], class=1, **{'b': 2}) }}",
+    "{{ namespace(class='c').class }}",
+    "{% macro m(class, if=3) %}{{ class }}{{ if }}{{ caller() }}{% endmacro %}{% call m(class=1, if=2) %}c{% endcall %}",
+    "{% macro m() %}{{ kwargs }}{% endmacro %}{{ m(def=1, return=2) }}",
+    "{{ 'a'|replace('a', 'b', count=1) }}{{ [3, 1]|sort(reverse=true) }}",
+]
+
+
+@pytest.mark.parametrize("src", KEYWORD_ARGUMENTS)
+def test_any_identifier_is_a_keyword_argument_as_in_jinja2(src):
+    expected = render(src, "jinja2")
+    assert expected != ("error",)
+    assert render(src, "python") == expected

@@ -1,9 +1,9 @@
 """Expression code generation of mtok's Jinja engine (a mixin of the compiler).
 
 Each template expression becomes one Python expression string, evaluated in the
-generated render function.  Attribute and item access, calls, ``+``, ``*``, ``**``
-and ``~`` go through the sandbox's functions (:mod:`mtok.chat.sandbox`); comparisons,
-``and``/``or``/``not``, ``-``, ``/``, ``//``, ``%`` and literals are Python's own,
+generated render function.  Attribute and item access, calls, ``+``, ``*``, ``**``,
+``%``, ``~`` and printing go through the sandbox's policy (:mod:`mtok.chat.sandbox`);
+comparisons, ``and``/``or``/``not``, ``-``, ``/``, ``//`` and literals are Python's own,
 as in jinja2's generated code.  Filters and tests are bound by name at compile time;
 an unknown one is a syntax error, except under an ``if`` or a conditional expression,
 where (as in jinja2) it fails only when evaluated.
@@ -11,19 +11,22 @@ where (as in jinja2) it fails only when evaluated.
 
 from __future__ import annotations
 
+import keyword
 from typing import Any, Dict, List
 
-from . import sandbox
+from . import guards
 from .errors import TemplateError
 from .filters import FILTERS
 from .predicates import TESTS
 from .runtime import MISSING, LoopContext, Macro
 from .fold import Impossible, const_value, has_safe_repr, has_slice
+from .sandbox import SANDBOX
 
 # What generated code sees besides its own bindings (filters, tests, constants).
 BASE_NAMESPACE: Dict[str, Any] = {
-    "ga": sandbox.getattr_, "gi": sandbox.getitem, "call": sandbox.call, "add": sandbox.add, "mul": sandbox.mul,
-    "pow_": sandbox.pow_, "mod": sandbox.mod, "concat": sandbox.concat, "s": str, "setns": sandbox.setns, "LoopContext": LoopContext,
+    "ga": SANDBOX.getattr, "gi": SANDBOX.getitem, "call": SANDBOX.call, "add": SANDBOX.add, "mul": SANDBOX.mul,
+    "pow_": SANDBOX.pow_, "mod": SANDBOX.mod, "concat": SANDBOX.concat, "s": guards.printed, "setns": SANDBOX.setns,
+    "LoopContext": LoopContext,
     "Macro": Macro, "MISSING": MISSING, "__builtins__": {"list": list, "slice": slice, "str": str},
 }
 
@@ -82,9 +85,17 @@ class ExpressionCompiler:
 
     def _args(self, node: Any, frame: Any, extra: List[str] = ()) -> str:
         parts = [self.expr(a, frame) for a in node.args]
-        parts += [f"{k}={self.expr(v, frame)}" for k, v in node.kwargs]
+        # a Python keyword (``dict(class=1)``) cannot be written ``class=...``: then the keyword arguments go,
+        # in their order, as one ``**{'class': ...}``, after which Python takes no ``*args``
+        spelled = any(keyword.iskeyword(k) for k, _ in node.kwargs)
+        if node.dyn_args is not None and spelled:
+            parts.append(f"*{self.expr(node.dyn_args, frame)}")
+        if spelled:
+            parts.append("**{" + ", ".join(f"{k!r}: {self.expr(v, frame)}" for k, v in node.kwargs) + "}")
+        else:
+            parts += [f"{k}={self.expr(v, frame)}" for k, v in node.kwargs]
         parts += list(extra)
-        if node.dyn_args is not None:
+        if node.dyn_args is not None and not spelled:
             parts.append(f"*{self.expr(node.dyn_args, frame)}")
         if node.dyn_kwargs is not None:
             parts.append(f"**{self.expr(node.dyn_kwargs, frame)}")

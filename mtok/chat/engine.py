@@ -3,8 +3,9 @@
 ``compile_template(source, limits)`` lexes (:mod:`.lexer`), parses (:mod:`.parser`,
 :mod:`.statements`), generates Python source (:mod:`.compiler`) and compiles it with
 ``compile()``; each ``render(context)`` then runs one Python function under a fresh
-:class:`Runtime`, which holds the render's limits (steps, output size, macro depth)
-and the globals that depend on it (``range``).  Any failure is a TemplateError, with
+:class:`Runtime`, the render's :class:`~mtok.chat.limits.Budget` (CPU time, memory,
+steps, output size, macro depth; the thread's current one while it runs, so that the
+sandbox and the filters charge it) and the globals that depend on it (``range``).  Any failure is a TemplateError, with
 the template line where the failure happened when it can be known.
 """
 
@@ -62,7 +63,7 @@ class Runtime(Budget):
     def tick(self, buf: List[str]) -> None:
         """One loop iteration: a step; and, every 32 new pieces of ``buf``, the size of its output."""
         self.steps += 1
-        if self.steps > self.limits.max_steps:
+        if self.steps >= self.next_clock:
             self.spend(0)
         n = len(buf)
         if n - self.mark >= 32 or buf is not self.buf:
@@ -88,7 +89,8 @@ class CompiledTemplate:
     def __init__(self, source: str, limits: Limits):
         self.limits = limits
         body = parse(source)
-        self.python_source, self.line_map, namespace = generate(body)
+        with limits.budget():  # generating folds constants: that work is bounded as a render's is
+            self.python_source, self.line_map, namespace = generate(body)
         with warnings.catch_warnings():  # Python warns on literal subscripts such as None[1:]; jinja2 errs at run time
             warnings.simplefilter("ignore", SyntaxWarning)
             code = compile(self.python_source, "<chat template>", "exec")
@@ -106,7 +108,8 @@ class CompiledTemplate:
             return names[name] if name in names else undefined_name(name)
 
         try:
-            out = self._root(resolve, rt)
+            with rt:
+                out = self._root(resolve, rt)
         except TemplateError as exc:
             if exc.lineno is None:
                 exc.lineno = self._template_line(exc)

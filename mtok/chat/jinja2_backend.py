@@ -10,8 +10,13 @@ backend is the reference that mtok's own engine (:mod:`mtok.chat.engine`) is hel
 
 jinja2 is imported only when a template is built with this backend: importing
 :mod:`mtok.chat` needs nothing outside the standard library.  Renders are bounded as
-the ``python`` backend's are: output size is checked as the output is generated,
-``range`` counts the items it yields against a budget, and runaway recursion ends
+the ``python`` backend's are, by the same :class:`~mtok.chat.limits.Budget` and the
+same checks (:mod:`mtok.chat.guards`), through the hooks jinja2's sandbox offers and
+two it lacks: the environment's ``call`` (every call, macros included: a step, and
+what builtin methods build), ``call_binop`` (``+ * ** %``), ``finalize`` (what is
+printed), every filter wrapped, and a code generator whose ``for`` loops tick the
+budget per item and whose ``~`` goes through the size checks.  The output size is
+checked as it is generated, ``range`` counts its items, and runaway recursion ends
 as a :class:`TemplateError`.
 """
 
@@ -21,8 +26,10 @@ import datetime
 import json
 from typing import Any, Callable, Dict
 
+from . import guards
 from .errors import TemplateError
-from .limits import Limits
+from .limits import Limits, current
+from .sandbox import str_format_of
 
 
 def available() -> bool:
@@ -84,23 +91,108 @@ def _make_classes(jinja2: Any) -> Dict[str, Any]:
                 raise jinja2.exceptions.SecurityError(
                     f"a namespace cannot hold an underscore-prefixed attribute: {name!r}")
 
-    return {"GenerationTag": GenerationTag, "TemplateDict": TemplateDict, "TemplateNamespace": TemplateNamespace}
+    return {"GenerationTag": GenerationTag, "TemplateDict": TemplateDict, "TemplateNamespace": TemplateNamespace,
+            "Environment": _budgeted_environment(jinja2)}
+
+
+def _budgeted_environment(jinja2: Any) -> Any:
+    """transformers' ``ImmutableSandboxedEnvironment``, every render's work charged to its budget."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedFormatter
+
+    class Formatter(SandboxedFormatter):
+        def format_field(self, value: Any, format_spec: str) -> Any:
+            guards.format_field(value, format_spec, current())
+            return super().format_field(value, format_spec)
+
+    class Environment(ImmutableSandboxedEnvironment):
+        code_generator_class = _budgeted_code_generator()
+        intercepted_binops = frozenset(["+", "*", "**", "%"])
+        budget_concat = staticmethod(guards.concat)
+
+        @staticmethod
+        def budget_iter(iterable: Any) -> Any:
+            budget = current()
+            for item in iterable:
+                budget.spend(1)
+                yield item
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            return guards.binop(operator, left, right)
+
+        def wrap_str_format(self, value: Any) -> Any:
+            fmt = str_format_of(value)
+            return None if fmt is None else _format_method(Formatter(self), *fmt)
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            current().spend(1)
+            fmt = __self.wrap_str_format(__obj)  # however it was obtained, a str.format is sandboxed
+            args, charged = guards.before_call(fmt or __obj, args, kwargs)
+            return guards.after_call(super().call(__context, fmt or __obj, *args, **kwargs), charged)
+
+    return Environment
+
+
+def _budgeted_code_generator() -> Any:
+    """jinja2's code generator, with each ``for`` item a step and ``~`` through the size checks."""
+    from jinja2.compiler import CodeGenerator, optimizeconst
+
+    class BudgetedCodeGenerator(CodeGenerator):
+        budgeted_iters: Any = None  # the ids of the ``for`` iterables not yet generated
+
+        def visit_For(self, node: Any, frame: Any) -> None:
+            if self.budgeted_iters is None:
+                self.budgeted_iters = set()
+            self.budgeted_iters.add(id(node.iter))
+            super().visit_For(node, frame)
+
+        def visit(self, node: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.budgeted_iters and id(node) in self.budgeted_iters:  # a loop's items: each one a step
+                self.budgeted_iters.discard(id(node))
+                self.write("environment.budget_iter(")
+                super().visit(node, *args, **kwargs)
+                self.write(")")
+                return None
+            return super().visit(node, *args, **kwargs)
+
+        @optimizeconst  # as jinja2's own: constant parts fold at compile time
+        def visit_Concat(self, node: Any, frame: Any) -> None:
+            self.write("environment.budget_concat((")
+            for arg in node.nodes:
+                self.visit(arg, frame)
+                self.write(", ")
+            self.write("))")
+
+    return BudgetedCodeGenerator
+
+
+def _format_method(formatter: Any, template: str, is_map: bool) -> Callable[..., str]:
+    def format_(*args: Any, **kwargs: Any) -> str:
+        if is_map:
+            if kwargs:
+                raise TypeError("format_map() takes no keyword arguments")
+            if len(args) != 1:
+                raise TypeError(f"format_map() takes exactly one argument ({len(args)} given)")
+            args, kwargs = (), args[0]
+        return formatter.vformat(template, args, kwargs)
+
+    return format_
 
 
 def make_environment() -> Any:
     """A jinja2 environment configured as transformers configures its own."""
     import jinja2
     import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     classes = _make_classes(jinja2)
 
     def raise_exception(message: Any) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[classes["GenerationTag"], jinja2.ext.loopcontrols])
+    env = classes["Environment"](trim_blocks=True, lstrip_blocks=True, finalize=guards.measured,
+                                 extensions=[classes["GenerationTag"], jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
+    env.filters = {name: guards.guard_filter(name, func, 1 if hasattr(func, "jinja_pass_arg") else 0)
+                   for name, func in env.filters.items()}
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = classes["TemplateDict"]()
@@ -133,6 +225,9 @@ def _wrap(exc: BaseException) -> TemplateError:
     import jinja2
 
     if isinstance(exc, TemplateError):
+        if exc.lineno is None:
+            exc.lineno = _template_line(exc)
+            exc.args = (exc._describe(),)
         return exc
     if isinstance(exc, jinja2.TemplateSyntaxError):
         return TemplateError(exc.message or str(exc), "syntax", exc.lineno)
@@ -156,7 +251,8 @@ class Jinja2Template:
     def __init__(self, source: str, limits: Limits):
         self.limits = limits
         try:
-            self._template = environment().from_string(source)
+            with limits.budget():  # jinja2 folds constants as it compiles: bounded as a render is
+                self._template = environment().from_string(source)
         except Exception as exc:  # jinja2 raises TemplateSyntaxError, sometimes others
             raise _wrap(exc) from exc
 
@@ -167,11 +263,13 @@ class Jinja2Template:
         parts = []
         size = 0
         try:
-            for chunk in self._template.generate(context):
-                size += len(chunk)
-                if size > self.limits.max_output:
-                    budget.output_exceeded()
-                parts.append(chunk)
+            with budget:
+                for chunk in self._template.generate(context):
+                    size += len(chunk)
+                    if size > self.limits.max_output:
+                        budget.output_exceeded()
+                    budget.spend(1)
+                    parts.append(chunk)
         except Exception as exc:
             raise _wrap(exc) from exc
         return "".join(parts)
