@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .chat import BACKENDS as CHAT_TEMPLATE_BACKENDS
+from .chat.limits import CPU_FLAG as CHAT_CPU_FLAG, MAX_CPU_SECONDS as CHAT_MAX_CPU_SECONDS
+from .chat.limits import MAX_MEMORY_MIB as CHAT_MAX_MEMORY_MIB, MEMORY_FLAG as CHAT_MEMORY_FLAG
 
 API_KEY_ENV = "MTOK_API_KEY"  # the API key when neither --api-key nor --api-key-file is given
 
@@ -113,6 +115,12 @@ SETTINGS: Tuple[Setting, ...] = (
     _S(("--chat-template-backend",), "'jinja2', or 'python' = mtok's own engine; auto = jinja2 when installed "
        "(default: %(default)s)", "auto", choices=CHAT_TEMPLATE_BACKENDS,
        doc="`jinja2`, `python` (mtok's own engine), `auto` (jinja2 when installed)"),
+    _S((CHAT_CPU_FLAG,), "CPU seconds one chat template render may use; past them the request gets a 400 "
+       "(default: %(default)s)", CHAT_MAX_CPU_SECONDS, float, check=positive,
+       doc="CPU time one chat template render may use (400 beyond)"),
+    _S((CHAT_MEMORY_FLAG,), "MiB of strings, lists and ints one chat template render may build in all; past them "
+       "the request gets a 400 (default: %(default)s)", CHAT_MAX_MEMORY_MIB, int, check=positive,
+       doc="memory one chat template render may build, in all (400 beyond)"),
     _S(("--tokenizer-backend",), "'hf' = the tokenizers library, 'python' = mtok's own runtime "
        "(default: %(default)s)", "auto", choices=("auto", "hf", "python"),
        doc="`hf` (the `tokenizers` library), `python` (mtok's runtime), `auto` (hf when installed)"),

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ..chat import ChatTemplate, TemplateError
+from ..chat import ChatTemplate, Limits, TemplateError
 from ..tokenizer import _token_content  # a token as a string, or the content of an AddedToken object
 from .validate import bad
 
@@ -183,10 +183,11 @@ def _own_templates(directory: Optional[str], config: Dict[str, Any]) -> "tuple[O
     return None, {}
 
 
-def load_model_chat(files: Any, flag_file: Optional[str], backend: str) -> ModelChat:
+def load_model_chat(files: Any, flag_file: Optional[str], backend: str, limits: Optional[Limits] = None) -> ModelChat:
     """The chat setup of one model, from its tokenizer's files (``TokenizerFiles``)
-    and its ``--chat-template`` file if any.  A bad flag file raises
-    ChatTemplateFileError; a bad template of the model's own is kept as ``broken``."""
+    and its ``--chat-template`` file if any, its renders bounded by ``limits``.  A bad
+    flag file raises ChatTemplateFileError; a bad template of the model's own is kept
+    as ``broken``."""
     if flag_file is not None:
         origin, sources = flag_file, read_template_file(flag_file)
     else:
@@ -198,7 +199,7 @@ def load_model_chat(files: Any, flag_file: Optional[str], backend: str) -> Model
     chat = ModelChat(origin, special_tokens=special_tokens(files.config))
     for name, source in sources.items():
         try:
-            chat.templates[name] = Compiled(ChatTemplate(source, backend), content_format(source))
+            chat.templates[name] = Compiled(ChatTemplate(source, backend, limits), content_format(source))
         except TemplateError as e:
             if flag_file is not None:
                 raise ChatTemplateFileError(f"{TEMPLATE_FLAG} {flag_file}: {e}") from None
@@ -210,5 +211,12 @@ def load_model_chat(files: Any, flag_file: Optional[str], backend: str) -> Model
 def load_chats(server_args: Any, tokenizers: Dict[str, Any]) -> Dict[str, ModelChat]:
     """model name -> its chat setup, for every model served (``--model`` or the single one)."""
     flags = template_flags(server_args.chat_template, list(tokenizers))
-    return {name: load_model_chat(tok.files, flags.get(name), server_args.chat_template_backend)
+    limits = render_limits(server_args)
+    return {name: load_model_chat(tok.files, flags.get(name), server_args.chat_template_backend, limits)
             for name, tok in tokenizers.items()}
+
+
+def render_limits(server_args: Any) -> Limits:
+    """The budget of every render: ``--chat-template-max-cpu-seconds`` and ``--chat-template-max-memory-mib``."""
+    return Limits(max_cpu_seconds=server_args.chat_template_max_cpu_seconds,
+                  max_memory=server_args.chat_template_max_memory_mib << 20)
