@@ -268,7 +268,6 @@ class Jinja2Template:
                     size += len(chunk)
                     if size > self.limits.max_output:
                         budget.output_exceeded()
-                    budget.spend(1)
                     parts.append(chunk)
         except Exception as exc:
             raise _wrap(exc) from exc

@@ -109,8 +109,8 @@ class Budget:
         raise TemplateError(f"the template rendered more than {self.limits.max_output} characters", "limit")
 
     def range(self, *args: int) -> "range":
-        """``range`` as jinja2's sandbox gives it (at most MAX_RANGE items); its items count as steps,
-        so that loops bound the jinja2 backend too (which has no per-iteration hook)."""
+        """``range`` as jinja2's sandbox gives it (at most MAX_RANGE items); its items count as steps
+        (whether a loop walks them or a filter)."""
         rng = range(*args)
         if len(rng) > MAX_RANGE:
             raise TemplateError(f"range too big: {len(rng)} items, at most {MAX_RANGE}", "security")
