@@ -2,8 +2,10 @@
 
 The :class:`Arbiter` (the name is gunicorn's) owns every child.  Its main
 thread runs one loop: take the signals queued since the last turn, reap
-children that exited, kill workers whose heartbeat went stale, start their
-replacements, and sleep on the children's sentinels until something happens.
+children that exited, kill workers whose heartbeat went stale (silence counted
+on the loop's own passes, so time it did not run itself is no worker's fault:
+:class:`~mtok.wire.status.SilenceWatch`), start their replacements, and sleep
+on the children's sentinels until something happens.
 
 Signals: SIGTERM stops gracefully (requests in flight may finish within
 ``--graceful-timeout``); SIGINT and SIGQUIT stop at once.  Either way every
@@ -49,6 +51,7 @@ from .wire.status import (
     SCHEDULER_SLOT,
     ServerState,
     SlotState,
+    SilenceWatch,
     StatusBoard,
     status_shm_name,
 )
@@ -80,6 +83,7 @@ class Arbiter:
         self.sock_dir: Optional[str] = None
         self.args_shm: Any = None
         self.board: Optional[StatusBoard] = None
+        self.silence: Optional[SilenceWatch] = None  # which workers missed their heartbeat
         self.listen_sock: Any = None
         self.router: Any = None
         self.frontend: Optional[HttpFrontend] = None
@@ -88,6 +92,7 @@ class Arbiter:
         self.shared_sock = False
         self._sig_r: Any = None
         self._sig_w: Any = None
+        self.frontend_failure: Optional[str] = None  # N = 1: why this process's HTTP loop stopped
 
     # -- set-up ----------------------------------------------------------------------
     def run(self) -> int:
@@ -157,6 +162,7 @@ class Arbiter:
         else:
             self.args_ref = args_json(self.args, self.port_args)
         self.board = StatusBoard.create(self.port_args.status_name, self.args.tokenizer_worker_num)
+        self.silence = SilenceWatch(self.board, self.args.worker_timeout)
 
     def _remove_stale_dirs(self) -> None:
         from .procutil import pid_alive
@@ -180,7 +186,7 @@ class Arbiter:
                 self.workers.append(self._spawn_worker(FIRST_WORKER_SLOT + i))
         self._wait_for_boot(self.core + self.workers)
         if self.frontend is not None:
-            self.frontend.start()
+            self.frontend.start(on_death=self._frontend_died)
         self.board.state = ServerState.SERVING
         host = f"[{self.args.host}]" if ":" in self.args.host else self.args.host
         print(
@@ -255,7 +261,7 @@ class Arbiter:
                 logger.info("received %s", signal.Signals(sig).name)
                 self.stop(graceful=sig == signal.SIGTERM)
                 return 0
-            failure = self.reap_core()
+            failure = self.reap_core() or self.frontend_failure
             if failure:
                 return self.fail(failure)
             try:
@@ -270,6 +276,14 @@ class Arbiter:
             wait(sentinels + [self._sig_r], 0.25)
             self._drain_signal_pipe()
 
+    def _frontend_died(self, why: str) -> None:
+        """N = 1: nothing serves HTTP any more; the loop fails the server (called from the HTTP thread)."""
+        self.frontend_failure = f"the HTTP serving loop stopped ({why})"
+        try:
+            os.write(self._sig_w, b"\0")  # wake the loop
+        except OSError:  # full: it wakes anyway
+            pass
+
     def reap_core(self) -> Optional[str]:
         for c in self.core:
             if not c.process.is_alive():
@@ -278,6 +292,7 @@ class Arbiter:
         return None
 
     def manage_workers(self) -> None:
+        self.silence.next_pass()
         for i, w in enumerate(self.workers):
             if not w.booted:
                 if w.poll_boot():
@@ -291,9 +306,9 @@ class Arbiter:
                 self.board.count_restart()
                 self.workers[i] = self._spawn_worker(w.slot)
                 continue
-            age = self.board.slot(w.slot).heartbeat_age
-            if age > self.args.worker_timeout:
-                logger.error("%s missed its heartbeat for %.1f s; killing it", w.name, age)
+            silent = self.silence.overdue(w.slot)  # once per process, however long it takes to die
+            if silent is not None:
+                logger.error("%s missed its heartbeat for %.1f s; killing it", w.name, silent)
                 w.process.kill()
         ready = all(w.booted for w in self.workers)
         if self.board.state in (ServerState.SERVING, ServerState.DEGRADED):

@@ -44,8 +44,125 @@ def test_hung_worker_is_killed_and_replaced():
         assert not pid_alive(hung)
         assert other in worker_pids(srv)
         assert srv.info()["worker_restarts"] == 1
-        assert "missed its heartbeat" in srv.stderr()
+        assert srv.stderr().count("missed its heartbeat") == 1  # once per process, not once per pass
     finally:
+        assert srv.stop() == 0
+
+
+def test_a_paused_server_kills_none_of_its_workers():
+    """A worker was killed for "missed its heartbeat for 1165.8 s" while serving: the whole server had
+    been stopped (a process group stopped, a host paused) and the supervisor, waking first, took
+    every heartbeat's age for the workers' silence."""
+    srv = Server("--tokenizer-worker-num", "2", "--worker-timeout", "2")
+    try:
+        before = worker_pids(srv)
+        kids = children_of(srv.pid)
+        for pid in [srv.pid] + kids:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(4)  # the pause: twice the workers' timeout
+        os.kill(srv.pid, signal.SIGCONT)
+        time.sleep(0.3)  # the supervisor wakes first, as it may
+        for pid in kids:
+            os.kill(pid, signal.SIGCONT)
+        assert srv.post("/generate", {"text": "after the pause", "sampling_params": {"max_new_tokens": 2}})[0] == 200
+        assert worker_pids(srv) == before and srv.info()["worker_restarts"] == 0
+        assert "missed its heartbeat" not in srv.stderr()
+    finally:
+        assert srv.stop() == 0
+
+
+# Started in every process of a server under test: a tick of the HTTP loop in the process whose pid
+# the file named by MTOK_TEST_LOOP_DIES holds raises, as a bug escaping the loop would.
+_LOOP_DIES = """
+import os
+if os.environ.get("MTOK_TEST_LOOP_DIES"):
+    from mtok.api import server
+
+    class InjectedLoopDeath(BaseException):
+        pass
+
+    tick = server.HTTPServer.service_actions
+
+    def service_actions(self):
+        try:
+            with open(os.environ["MTOK_TEST_LOOP_DIES"]) as f:
+                doomed = f.read().strip()
+        except OSError:
+            doomed = ""
+        if doomed == str(os.getpid()):
+            raise InjectedLoopDeath("the test's")
+        tick(self)
+
+    server.HTTPServer.service_actions = service_actions
+"""
+
+
+def _loop_dies_env(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(_LOOP_DIES)
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    return tmp_path / "doomed", {"PYTHONPATH": path, "MTOK_TEST_LOOP_DIES": str(tmp_path / "doomed")}
+
+
+@pytest.mark.parametrize("threads_only", [False, True])
+def test_a_worker_whose_loop_dies_is_replaced_at_once(tmp_path, threads_only):
+    """With its loop thread dead, a worker served on from its handler threads but beat no more,
+    accepted nothing and read no results: half alive until --worker-timeout (30 s) had it killed."""
+    doomed_file, env = _loop_dies_env(tmp_path)
+    srv = Server("--tokenizer-worker-num", "2", *(["--http-threads-only"] if threads_only else []), env=env)
+    try:
+        doomed, other = worker_pids(srv)
+        doomed_file.write_text(str(doomed))
+        wait_for(lambda: not pid_alive(doomed), timeout=5, what="the worker whose loop died to exit")
+        wait_for(lambda: srv.info()["worker_restarts"] == 1 and all(w["state"] == "ready" for w in srv.info()["workers"]),
+                 timeout=30, what="its replacement")
+        assert other in worker_pids(srv) and doomed not in worker_pids(srv)
+        assert "the HTTP serving loop stopped" in srv.stderr()
+        assert srv.post("/generate", {"text": "served", "sampling_params": {"max_new_tokens": 2}})[0] == 200
+    finally:
+        assert srv.stop() == 0
+
+
+def test_a_single_process_server_whose_loop_dies_stops():
+    """With N = 1 the loop is the server's only one: it fails (exit status 1) rather than hang."""
+    import tempfile
+    import pathlib
+
+    with tempfile.TemporaryDirectory() as tmp:
+        doomed_file, env = _loop_dies_env(pathlib.Path(tmp))
+        srv = Server(env=env)
+        doomed_file.write_text(str(srv.pid))
+        assert srv.proc.wait(20) == 1
+        assert "the HTTP serving loop stopped" in srv.stderr()
+        assert leftovers(srv.pid) == []
+
+
+def test_heartbeats_stay_fresh_while_the_loop_serves():
+    srv = Server("--tokenizer-worker-num", "2")
+    stop = threading.Event()
+
+    def load(stream):
+        c = srv.conn()
+        body = {"text": "load " * 40, "stream": stream, "sampling_params": {"max_new_tokens": 16}}
+        while not stop.is_set():
+            if stream:
+                srv.stream("/generate", body, conn=c)
+            else:
+                assert srv.post("/generate", body, conn=c)[0] == 200
+
+    threads = [threading.Thread(target=load, args=(i % 3 == 0,), daemon=True) for i in range(6)]
+    try:
+        for t in threads:
+            t.start()
+        worst, deadline = 0.0, time.monotonic() + 5
+        while time.monotonic() < deadline:
+            workers = srv.info()["workers"]
+            worst = max([worst] + [w["heartbeat_age"] for w in workers])
+        assert worst < 2.0, worst  # a tick every 0.25 s while serving
+        assert all(w["served"] > 50 for w in srv.info()["workers"])
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
         assert srv.stop() == 0
 
 

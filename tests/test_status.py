@@ -9,7 +9,8 @@ import pytest
 
 from mtok.wire.args import unlink_shm
 from mtok.wire.metrics import Metrics
-from mtok.wire.status import DETOKENIZER_SLOT, FIRST_WORKER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
+from mtok.wire.status import (DETOKENIZER_SLOT, FIRST_WORKER_SLOT, SCHEDULER_SLOT, ServerState, SilenceWatch,
+                              SlotState, StatusBoard)
 from mtok.managers.worker import HttpFrontend
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
@@ -40,3 +41,57 @@ def test_a_worker_fails_its_requests_from_the_board_alone(board):
     HttpFrontend.tick(front)
     assert failed == ["the detokenizer (pid 4343) died"]
     assert board.slot(FIRST_WORKER_SLOT).heartbeat_age < 5
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def passes(watch, clock, seconds: float, slot: int = FIRST_WORKER_SLOT, step: float = 0.25):
+    """The supervisor's passes over ``seconds``, one every ``step``: what each found overdue."""
+    found = []
+    for _ in range(round(seconds / step)):
+        clock.now += step
+        watch.next_pass()
+        found.append(watch.overdue(slot))
+    return [x for x in found if x is not None]
+
+
+def test_a_silent_worker_is_overdue_once_per_process(board):
+    """The supervisor logged and killed "missed its heartbeat" on each pass until the process was reaped (six times)."""
+    clock = Clock()
+    watch = SilenceWatch(board, timeout=2.0, clock=clock)
+    board.claim(FIRST_WORKER_SLOT, 4242)
+    assert passes(watch, clock, 2.0) == []
+    found = passes(watch, clock, 10.0)  # it takes long to die: still the same process
+    assert len(found) == 1 and 2.0 < found[0] <= 2.5, found
+    board.claim(FIRST_WORKER_SLOT, 4343)  # its replacement: counted afresh, and named again when silent
+    assert passes(watch, clock, 2.0) == []
+    assert len(passes(watch, clock, 1.0)) == 1
+
+
+def test_a_beat_restarts_the_count(board):
+    clock = Clock()
+    watch = SilenceWatch(board, timeout=2.0, clock=clock)
+    board.claim(FIRST_WORKER_SLOT, 4242)
+    for _ in range(10):
+        assert passes(watch, clock, 1.5) == []
+        board.heartbeat(FIRST_WORKER_SLOT)
+
+
+def test_time_the_supervisor_did_not_run_is_not_the_workers_silence(board):
+    """The whole process group stopped (or the host paused) for 1165 s: on waking, every heartbeat
+    is that old, and the supervisor killed a worker that was serving.  Its own absence counts
+    one ``stall`` at most; a worker that stays silent after that is overdue a timeout later."""
+    clock = Clock()
+    watch = SilenceWatch(board, timeout=2.0, clock=clock)
+    board.claim(FIRST_WORKER_SLOT, 4242)
+    assert passes(watch, clock, 1.0) == []
+    clock.now += 1165.8
+    assert passes(watch, clock, 0.25) == []
+    found = passes(watch, clock, 3.0)
+    assert len(found) == 1 and found[0] < 3, found

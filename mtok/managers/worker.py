@@ -5,6 +5,14 @@ single-worker mode the main process holds one; in multi-worker mode each
 worker process runs :func:`run_tokenizer_worker_process`, the runner of its
 :class:`TokenizerWorker`: it starts it (inbox, sender, receiver thread),
 serves, drains, and closes it.
+
+The serving loop's thread is the worker's pulse: it writes the heartbeat,
+accepts connections and (with the event loop) reads the inbox of results.  If
+it ever stops unasked (an exception escaped it), the handler threads would
+serve on while nothing else moved: a half-alive worker, killed only
+``--worker-timeout`` later by the supervisor.  So its end is reported
+(``on_death``): a worker process exits at once and is replaced; with one
+worker the supervisor fails the server.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from .ahead import EncodeAhead
 from .tokenizer_manager import TokenizerManager, TokenizerWorker
 
 logger = logging.getLogger(__name__)
+
+EXIT_LOOP_DIED = 70  # EX_SOFTWARE: the worker's serving loop stopped
 
 
 class HttpFrontend:
@@ -56,6 +66,7 @@ class HttpFrontend:
             else:
                 tm.start_receiver_thread()
         self._thread: Optional[threading.Thread] = None
+        self._stopping = False  # stop_accepting was called: the threads-only loop returns, as asked
 
     def tick(self) -> None:
         """Called by the serving loop at least every poll interval: proof of
@@ -68,12 +79,24 @@ class HttpFrontend:
         if self.tm.failure is None and self.board.state == ServerState.FAILED:
             self.tm.fail_all(self.board.failure_message())
 
-    def start(self) -> None:
-        serve = self.httpd.serve_forever if self.loop is None else self.loop.serve_forever
-        self._thread = threading.Thread(target=serve, kwargs={"poll_interval": 0.25}, name="http", daemon=True)
+    def start(self, on_death: Callable[[str], None]) -> None:
+        """Serve in a thread of its own; ``on_death(why)`` is called from it if it stops unasked."""
+        self._thread = threading.Thread(target=self._serve, args=(on_death,), name="http", daemon=True)
         self._thread.start()
 
+    def _serve(self, on_death: Callable[[str], None]) -> None:
+        serve = self.httpd.serve_forever if self.loop is None else self.loop.serve_forever
+        why = "it returned"
+        try:
+            serve(poll_interval=0.25)
+        except BaseException as e:  # noqa: BLE001 (whatever it was, this worker no longer serves)
+            why = f"{type(e).__name__}: {e}"
+            logger.critical("the HTTP serving loop failed", exc_info=True)
+        if not self._stopping:
+            on_death(why)
+
     def stop_accepting(self) -> None:
+        self._stopping = True
         self.httpd.draining = True
         if self._thread is not None and self.loop is not None:
             self.loop.stop_accepting()
@@ -102,6 +125,12 @@ class HttpFrontend:
         return True
 
 
+def _exit_dead(why: str) -> None:
+    """A worker whose serving loop stopped leaves, so that the supervisor replaces it now."""
+    logger.critical("the HTTP serving loop stopped (%s); exiting, to be replaced", why)
+    exit_now(EXIT_LOOP_DIED)
+
+
 def run_tokenizer_worker_process(
     shm_name: str,
     status_name: str,
@@ -122,7 +151,7 @@ def run_tokenizer_worker_process(
     on_signal(signal.SIGTERM, stop.set)
     on_signal(signal.SIGQUIT, lambda: exit_now(0))
     board.heartbeat(slot)
-    front.start()
+    front.start(on_death=_exit_dead)
     while not stop.wait(1.0):
         pass
     front.stop_accepting()

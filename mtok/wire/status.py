@@ -3,8 +3,8 @@
 The supervisor writes the server's state and who holds each slot; each process
 writes its own heartbeat and counters into its slot.  Any worker can then
 answer ``/health`` or ``/get_server_info`` for the whole server without a
-round trip, and the supervisor spots a wedged worker by its stale heartbeat.
-Each field has exactly one writer, so no lock is needed.
+round trip, and the supervisor spots a wedged worker by its stale heartbeat
+(:class:`SilenceWatch`).  Each field has exactly one writer, so no lock is needed.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import struct
 import time
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .args import SHM_PREFIX, attach_shm, create_shm
 
@@ -128,6 +128,11 @@ class StatusBoard:
     def heartbeat(self, index: int) -> None:
         struct.pack_into("<Q", self.buf, self._offset(index) + 8, time.monotonic_ns())
 
+    def last_beat(self, index: int) -> Tuple[int, int]:
+        """The slot's (pid, heartbeat_ns): which process, and which beat."""
+        off = self._offset(index)
+        return struct.unpack_from("<I", self.buf, off)[0], struct.unpack_from("<Q", self.buf, off + 8)[0]
+
     def set_served(self, index: int, n: int) -> None:
         struct.pack_into("<Q", self.buf, self._offset(index) + 16, n)
 
@@ -164,3 +169,49 @@ class StatusBoard:
 
     def worker_slots(self) -> List[SlotInfo]:
         return [self.slot(i) for i in range(FIRST_WORKER_SLOT, self.nslots)]
+
+
+class SilenceWatch:
+    """The supervisor's measure of each worker's silence, on its own passes.
+
+    A heartbeat's age alone blames a worker for time the supervisor itself did
+    not run: when the whole process group is stopped (Ctrl-Z, SIGSTOP), a
+    sandbox or VM is paused, or the supervisor blocks writing a log line to a
+    full pipe, CLOCK_MONOTONIC runs on, and on waking the supervisor found every
+    heartbeat old and killed workers that were serving (issue 23: "missed its
+    heartbeat for 1165.8 s").  So silence accrues pass by pass, each pass
+    counting at most ``stall`` seconds: a worker is given its full timeout again
+    after the supervisor was away, and a new beat (or a new process in the
+    slot) starts its count from zero.  :meth:`overdue` names each incarnation
+    once, so it is logged and killed once, however long its death takes.
+    """
+
+    def __init__(self, board: StatusBoard, timeout: float, stall: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic):
+        self.board, self.timeout, self.stall, self.clock = board, timeout, stall, clock
+        self._last_pass: Optional[float] = None
+        self._credit = 0.0
+        self._seen: Dict[int, Tuple[int, int, float]] = {}  # slot -> (pid, heartbeat_ns, seconds silent)
+        self._reported: Dict[int, int] = {}  # slot -> the pid found overdue in it
+
+    def next_pass(self) -> None:
+        now = self.clock()
+        self._credit = 0.0 if self._last_pass is None else min(now - self._last_pass, self.stall)
+        self._last_pass = now
+
+    def silent_for(self, index: int) -> float:
+        """Seconds the process in slot ``index`` has not beaten, as this pass sees it."""
+        pid, beat = self.board.last_beat(index)
+        seen_pid, seen_beat, silent = self._seen.get(index, (-1, -1, 0.0))
+        silent = silent + self._credit if (pid, beat) == (seen_pid, seen_beat) else 0.0
+        self._seen[index] = (pid, beat, silent)
+        return silent
+
+    def overdue(self, index: int) -> Optional[float]:
+        """The silence of slot ``index``'s process, the first time it passes the timeout; else None."""
+        silent = self.silent_for(index)
+        pid = self._seen[index][0]
+        if silent <= self.timeout or self._reported.get(index) == pid:
+            return None
+        self._reported[index] = pid
+        return silent
