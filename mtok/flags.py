@@ -177,7 +177,7 @@ SETTINGS: Tuple[Setting, ...] = (
     _S(("--max-logprobs",), "top logprobs per token a request may ask for (default: %(default)s)", 20, int,
        check=not_negative, doc="top logprobs per token a request may ask for, as vLLM's flag (400 beyond)"),
     _S(("--max-logprob-entries",), "logprob values one request may ask for, over its prompts, samples and tokens "
-       "(default: %(default)s)", 10_000_000, int, check=positive,
+       "(default: %(default)s)", 1_000_000, int, check=positive,
        doc="logprob values one request may ask for: prompts × `n` × (scored prompt tokens + max new tokens) × "
            "(1 + top logprobs + token ids asked) (400 beyond)"),
     # -- behaviour --------------------------------------------------------------------------------------------

@@ -114,6 +114,9 @@ def test_a_huge_top_k_is_refused_at_once_with_the_default_bounds():
         status, resp = srv.post("/generate", generate(50_000, prompt=100))
         assert refused(status, resp, "--max-logprobs", "top_logprobs_num"), resp
         assert "at most 20" in resp["error"]["message"]
+        # 10 samples x (5000 prompt tokens + 1) x (1 + 20): just past the default million, refused as fast
+        status, resp = srv.post("/generate", generate(20, prompt=5000, n=10))
+        assert refused(status, resp, "--max-logprob-entries", "top_logprobs_num"), resp
         assert time.monotonic() - started < 5
         still_serving(srv)
     finally:

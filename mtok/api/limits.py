@@ -5,7 +5,9 @@ request pay for: stop strings are matched on every step of every request
 that has them, a batch is tokenized and de-duplicated on the handler's
 thread, and every logprob value is computed in the scheduler's one thread,
 carried through the detokenizer and rendered as JSON by the worker (about
-7 us each at N = 1 on two cores: a million take seconds and tens of MB).
+7 us each at N = 1 on two cores: a million take 7 s and 35 MB, and every
+other request waits ~6 s behind them, since a prompt's are computed in one
+scheduler step).
 So logprobs have two bounds: per token (``--max-logprobs``, vLLM's flag and
 default, OpenAI's cap), and per request (``--max-logprob-entries``: prompts
 x ``n`` x (scored prompt tokens + max new tokens) x (1 + top-k + ids asked
@@ -80,4 +82,4 @@ def check_logprob_entries(entries: int, limit: int, param: str) -> None:
     if entries > limit:
         raise bad(f"this request asks for {entries} logprob values (prompts x n x (scored prompt tokens + max new "
                   f"tokens) x (1 + top logprobs + token ids asked)); at most {limit} are allowed "
-                  "(--max-logprob-entries)", param)
+                  "(--max-logprob-entries): ask for fewer tokens (max_tokens), samples (n) or top logprobs", param)
