@@ -95,3 +95,24 @@ def test_time_the_supervisor_did_not_run_is_not_the_workers_silence(board):
     assert passes(watch, clock, 0.25) == []
     found = passes(watch, clock, 3.0)
     assert len(found) == 1 and found[0] < 3, found
+
+
+def test_a_full_metrics_area_leaves_the_next_slot_alone(board):
+    """A heartbeat overwritten by a neighbour's metrics would read as a silence as long as the clock's age."""
+    from mtok.wire import metrics
+
+    board.claim(FIRST_WORKER_SLOT + 1, 4343)
+    before = board.last_beat(FIRST_WORKER_SLOT + 1)
+    area = board.extra(FIRST_WORKER_SLOT)
+    fits = {"pad": "x" * (len(area) - metrics._HEAD.size - len('{"pad":""}'))}
+    assert metrics.publish(area, fits) and not metrics.publish(area, {"pad": fits["pad"] + "x"})
+    assert board.last_beat(FIRST_WORKER_SLOT + 1) == before
+    assert board.slot(FIRST_WORKER_SLOT + 1).state == SlotState.BOOTING
+    assert metrics.read(board.extra(FIRST_WORKER_SLOT)) == fits
+
+
+def test_a_claimed_slot_is_never_read_with_a_zero_heartbeat(board):
+    """A zero heartbeat reads as an age of the host's uptime; claim writes the time with the pid."""
+    board.claim(FIRST_WORKER_SLOT, 4242)
+    pid, beat = board.last_beat(FIRST_WORKER_SLOT)
+    assert pid == 4242 and beat > 0 and board.slot(FIRST_WORKER_SLOT).heartbeat_age < 5
