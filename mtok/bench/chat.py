@@ -12,6 +12,12 @@ Each backend's template is compiled once; the figure is
 the time per ``render`` call, the fastest of ``--repeat`` runs of about ``--seconds``
 each.  ``ratio`` is python / jinja2 (the issue's goal: at most 2).  Both backends'
 outputs are checked to be equal.
+
+``--budget`` instead renders the largest realistic contexts (101 messages of 1 KB with
+20 tools; 31 messages of 100 KB with 20 tools) through ``ChatTemplate.measure`` and
+reports what each render spent of its budget (CPU time, steps, memory built): the
+figures the defaults of ``--chat-template-max-cpu-seconds`` and
+``--chat-template-max-memory-mib`` are sized against.
 """
 
 from __future__ import annotations
@@ -99,6 +105,30 @@ WORKLOADS: Dict[str, Dict[str, Any]] = {
         {"role": "tool", "tool_call_id": "call_0001", "content": "{\"temp\": 21, \"sky\": \"clear\"}"}],
         "tools": _TOOLS, "add_generation_prompt": True},
 }
+
+
+def _big_conversation(turns: int, chars: int) -> List[Dict[str, Any]]:
+    """A system prompt and ``turns`` user/assistant messages of about ``chars`` characters each."""
+    words = "the quick brown fox jumps over a lazy dog while reading logs at noon "
+    text = (words * (chars // len(words) + 1))[:chars]
+    roles = ("user", "assistant")
+    return [{"role": "system", "content": text}] + [{"role": roles[i % 2], "content": f"{i}: {text}"}
+                                                    for i in range(turns)]
+
+
+_MANY_TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "description": f"tool number {i} " * 8,
+                                                  "parameters": _TOOLS[0]["function"]["parameters"]}}
+               for i in range(20)]
+# --budget: the largest realistic contexts (the output stays under the 4 MiB limit)
+BIG_WORKLOADS: Dict[str, Dict[str, Any]] = {
+    "101 msgs, 20 tools": {"messages": _big_conversation(100, 1000), "tools": _MANY_TOOLS,
+                           "add_generation_prompt": True},
+    "31 x 100 KB, 20 tools": {"messages": _big_conversation(30, 100_000), "tools": _MANY_TOOLS,
+                              "add_generation_prompt": True},
+}
+BUDGET_COLUMNS = [("template", "template"), ("conversation", "conversation"), ("backend", "backend"),
+                  ("ms/render", "ms_per_render"), ("CPU ms", "cpu_ms"), ("steps", "steps"),
+                  ("MiB built", "mib_built"), ("out KiB", "out_kib")]
 COLUMNS = [("template", "template"), ("conversation", "conversation"), ("backend", "backend"),
            ("us/render", "us_per_render"), ("compile ms", "compile_ms"), ("ratio", "ratio")]
 
@@ -186,6 +216,32 @@ def measure(name: str, source: str, special: Dict[str, Any], backends: List[str]
     return rows
 
 
+def measure_budget(name: str, source: str, special: Dict[str, Any], backends: List[str],
+                   repeat: int) -> List[Dict[str, Any]]:
+    """What rendering the big contexts spends of the render budget: the fastest of ``repeat`` renders
+    (wall and thread CPU time), its steps and the memory it was charged."""
+    rows = []
+    for conv, context in BIG_WORKLOADS.items():
+        for backend in backends:
+            template = ChatTemplate(source, backend=backend)
+            best = None
+            for _ in range(repeat):
+                wall, cpu = time.perf_counter(), time.thread_time()
+                try:
+                    text, spent = template.measure({**special, **context})
+                except Exception:  # the template refuses this conversation's shape
+                    break
+                wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+                if best is None or wall < best["ms_per_render"] / 1000:
+                    best = {"template": name, "conversation": conv, "backend": backend,
+                            "ms_per_render": round(wall * 1000, 1), "cpu_ms": round(cpu * 1000, 1),
+                            "steps": spent.steps, "mib_built": round(spent.memory / 2 ** 20, 1),
+                            "out_kib": len(text) // 1024}
+            if best is not None:
+                rows.append(best)
+    return rows
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mtok.bench chat", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -194,11 +250,19 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="backends to measure (default: python and, where installed, jinja2)")
     parser.add_argument("--seconds", type=float, default=0.3, help="length of one timed run (default 0.3)")
     parser.add_argument("--repeat", type=int, default=5, help="runs; the fastest counts (default 5)")
+    parser.add_argument("--budget", action="store_true",
+                        help="instead: what the largest realistic contexts spend of the render budget")
     parser.add_argument("--json", metavar="OUT")
     args = parser.parse_args(argv)
     rows: List[Dict[str, Any]] = []
     for backend in args.backend.split(","):
         ChatTemplate("{{ x }}", backend=backend).render(x=1)  # imports, so compile_ms is the template's own
+    if args.budget:
+        for name, source, special in load_templates(args.template):
+            rows += measure_budget(name, source, special, args.backend.split(","), max(1, args.repeat))
+        print(table(rows, BUDGET_COLUMNS))
+        write_json(args.json, "chat-budget", vars(args), rows)
+        return 0
     for name, source, special in load_templates(args.template):
         rows += measure(name, source, special, args.backend.split(","), args.seconds, max(1, args.repeat))
     print(table(rows, COLUMNS))

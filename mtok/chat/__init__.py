@@ -27,7 +27,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import jinja2_backend
 from .errors import TemplateError
-from .limits import MAX_DEPTH, MAX_OUTPUT, MAX_STEPS, Limits
+from .limits import MAX_DEPTH, MAX_OUTPUT, MAX_STEPS, Budget, Limits
 
 BACKENDS: Tuple[str, ...] = ("auto", "jinja2", "python")
 
@@ -77,6 +77,11 @@ class ChatTemplate:
     def render_dict(self, context: Dict[str, Any]) -> str:
         """``render`` with the context as one mapping (keys need not be identifiers)."""
         return self._impl.render(context)
+
+    def measure(self, context: Dict[str, Any]) -> "Tuple[str, Budget]":
+        """``render_dict``, and the render's :class:`~mtok.chat.limits.Budget`: the steps and memory it
+        spent (``steps``, ``memory``), for sizing the limits (``python -m mtok.bench chat --budget``)."""
+        return self._impl.run(context)
 
     def __repr__(self) -> str:
         return f"ChatTemplate(<{len(self.source)} chars>, backend={self.backend!r})"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 import warnings
 from itertools import islice
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 from .compile_expr import BASE_NAMESPACE
 from .compiler import generate
@@ -99,6 +99,10 @@ class CompiledTemplate:
         self._root: Callable[..., List[str]] = namespace["root"]
 
     def render(self, context: Dict[str, Any]) -> str:
+        return self.run(context)[0]
+
+    def run(self, context: Dict[str, Any]) -> Tuple[str, Budget]:
+        """The rendered text, and what the render spent of its budget."""
         rt = Runtime(self.limits)
         names = dict(GLOBALS)
         names["range"] = rt.range
@@ -119,7 +123,7 @@ class CompiledTemplate:
             raise TemplateError("the template recursed too deeply", "limit", self._template_line(exc)) from None
         except Exception as exc:  # a Python error inside the template: TypeError, ZeroDivisionError, ...
             raise TemplateError(f"{type(exc).__name__}: {exc}", "type", self._template_line(exc)) from None
-        return rt.join(out)
+        return rt.join(out), rt
 
     def _template_line(self, exc: BaseException) -> Any:
         tb = exc.__traceback__

@@ -17,10 +17,11 @@ import functools
 import math
 import re
 import sys
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from .errors import TemplateError
 from .limits import MAX_INT_BITS, Budget, current
+from .limits import _local  # the thread's budget, read inline where it is read most
 
 _SEQUENCES = (str, bytes, bytearray, list, tuple)
 _CONTAINERS = (list, tuple, dict, set, frozenset)
@@ -56,32 +57,45 @@ def _width(value: Any) -> int:
     return 8 if isinstance(value, (list, tuple)) else 1
 
 
-def binop(op: str, a: Any, b: Any) -> Any:
-    """``a op b`` for ``+ * ** %``, charged (and refused past a limit) before it is computed."""
-    budget = current()
-    if op == "+":
-        if isinstance(a, _SEQUENCES) and isinstance(b, _SEQUENCES):
-            charge(budget, len(a) + len(b), _width(a))
-        return a + b
-    if op == "*":
-        return _mul(budget, a, b)
-    if op == "**":
-        if type(a) is int and type(b) is int and b > 0 and abs(a) > 1:
-            check_int_bits(b * math.log2(abs(a)), f"{a.bit_length()}-bit int ** {b}")
-        return a ** b
-    if isinstance(a, str):  # '%'
-        charge(budget, printf_size(a, b))
-    return a % b
+def add(a: Any, b: Any) -> Any:
+    """``a + b``: two strings or sequences charged before they are joined."""
+    if type(a) is str and type(b) is str:  # the common case, first, and inlined: templates do it most
+        n = len(a) + len(b)
+        budget = getattr(_local, "budget", None) or current()
+        budget.memory += n
+        if n > budget.max_value or budget.memory > budget.max_memory:
+            budget.charge(n, 0)
+    elif isinstance(a, _SEQUENCES) and isinstance(b, _SEQUENCES):
+        charge(current(), len(a) + len(b), _width(a))
+    return a + b
 
 
-def _mul(budget: Budget, a: Any, b: Any) -> Any:
+def mul(a: Any, b: Any) -> Any:
+    """``a * b``: a repeated sequence charged, an int product's bits checked, before it is computed."""
     if isinstance(b, _SEQUENCES) and isinstance(a, int):
         a, b = b, a
     if isinstance(a, _SEQUENCES) and isinstance(b, int):
-        charge(budget, len(a) * max(b, 0), _width(a))
+        charge(current(), len(a) * max(b, 0), _width(a))
     elif isinstance(a, int) and isinstance(b, int):
         check_int_bits(a.bit_length() + b.bit_length(), "a product")
     return a * b
+
+
+def pow_(a: Any, b: Any) -> Any:
+    """``a ** b``: an int power's bits estimated (``b * log2(a)``) before it is computed."""
+    if type(a) is int and type(b) is int and b > 0 and abs(a) > 1:
+        check_int_bits(b * math.log2(abs(a)), f"{a.bit_length()}-bit int ** {b}")
+    return a ** b
+
+
+def mod(a: Any, b: Any) -> Any:
+    """``a % b``: a printf-style format's result bounded (widths, ``*`` ones too) before it is built."""
+    if isinstance(a, str):
+        charge(current(), printf_size(a, b))
+    return a % b
+
+
+BINOPS: Dict[str, Callable[[Any, Any], Any]] = {"+": add, "*": mul, "**": pow_, "%": mod}
 
 
 def concat(parts: Any) -> str:
@@ -107,28 +121,34 @@ def printed(value: Any) -> str:
 
 
 def printed_size(value: Any, indent: int = 0) -> int:
-    """About how long ``str``/``json.dumps`` (with ``indent``) of ``value`` is; the walk stops, with a limit
-    error, as soon as that passes the per-value limit, and spends a step per value it visits."""
+    """About how long ``str``/``json.dumps`` (with ``indent``) of ``value`` is.  The walk goes level by
+    level, a step per value it visits; it stops with a limit error as soon as the size (or the next
+    level's width) passes the per-value limit, so it is bounded however the containers share items."""
     budget = current()
-    cap = budget.limits.max_output
-    total = 0
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        budget.spend(1)
-        total += 2 + indent * depth
-        if type(item) is dict:
-            stack.extend((v, depth + 1) for kv in item.items() for v in kv)
-        elif isinstance(item, _CONTAINERS):
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, (str, bytes)):
-            total += len(item)
-        elif type(item) is int:
-            total += item.bit_length() // 3
-        else:
-            total += 24
-        if total > cap:
-            charge(budget, total)
+    cap = budget.max_value
+    total, depth, level = 0, 0, [value]
+    while level:
+        below: List[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind is str:
+                total += len(item)
+            elif kind is dict:
+                below.extend(item.keys())
+                below.extend(item.values())
+            elif kind is list or kind is tuple or kind is set or kind is frozenset:
+                below.extend(item)
+            elif kind is int:
+                total += item.bit_length() // 3
+            elif kind is bytes:
+                total += len(item)
+            else:
+                total += 24
+        total += len(level) * (2 + indent * depth)
+        budget.spend(len(level))
+        if total > cap or len(below) > cap:
+            charge(budget, max(total, len(below)))
+        level, depth = below, depth + 1
     return total
 
 
@@ -338,18 +358,21 @@ def _check_filter(name: str, budget: Budget, value: Any, rest: Tuple[Any, ...], 
 def guard_filter(name: str, func: Callable[..., Any], offset: int = 0) -> Callable[..., Any]:
     """``func`` (a filter, its value at ``args[offset]``) with its size checked before and its result charged
     after; the wrapper keeps the function's attributes (jinja2's ``pass_*`` markers)."""
+    checked = name in _WALKERS or name in _STRING_FILTERS or name in _FILTER_CHECKS
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
         budget = current()
-        budget.spend(1)
-        if len(args) > offset:
+        if checked and len(args) > offset:
             value = _check_filter(name, budget, args[offset], args[offset + 1:], kwargs)
             if value is not None and value is not args[offset]:
                 args = args[:offset] + (value,) + args[offset + 1:]
         rv = func(*args, **kwargs)
-        items, nbytes = size_of(rv)
-        if nbytes:
-            budget.charge(items, nbytes)
+        if type(rv) is str:
+            budget.charge(len(rv), len(rv))
+        else:
+            items, nbytes = size_of(rv)
+            if nbytes:
+                budget.charge(items, nbytes)
         return rv
 
     return functools.update_wrapper(guarded, func)

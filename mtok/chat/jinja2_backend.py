@@ -12,10 +12,10 @@ jinja2 is imported only when a template is built with this backend: importing
 :mod:`mtok.chat` needs nothing outside the standard library.  Renders are bounded as
 the ``python`` backend's are, by the same :class:`~mtok.chat.limits.Budget` and the
 same checks (:mod:`mtok.chat.guards`), through the hooks jinja2's sandbox offers and
-two it lacks: the environment's ``call`` (every call, macros included: a step, and
-what builtin methods build), ``call_binop`` (``+ * ** %``), ``finalize`` (what is
-printed), every filter wrapped, and a code generator whose ``for`` loops tick the
-budget per item and whose ``~`` goes through the size checks.  The output size is
+some it lacks: the environment's ``call`` (every call, macros included: a step, and
+what builtin methods build), ``finalize`` (what is printed), every filter wrapped,
+and a code generator whose ``for`` loops tick the budget per item and whose ``+ * **
+%`` and ``~`` go through the size checks (as ``call_binop`` would, one call less).  The output size is
 checked as it is generated, ``range`` counts its items, and runaway recursion ends
 as a :class:`TemplateError`.
 """
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Tuple
 
 from . import guards
 from .errors import TemplateError
-from .limits import Limits, current
+from .limits import Budget, Limits, current
 from .sandbox import str_format_of
 
 
@@ -106,7 +106,8 @@ def _budgeted_environment(jinja2: Any) -> Any:
 
     class Environment(ImmutableSandboxedEnvironment):
         code_generator_class = _budgeted_code_generator()
-        intercepted_binops = frozenset(["+", "*", "**", "%"])
+        intercepted_binops = frozenset(guards.BINOPS)  # so that jinja2 does not fold them, unchecked, as it compiles
+        budget_binops = guards.BINOPS
         budget_concat = staticmethod(guards.concat)
 
         @staticmethod
@@ -115,9 +116,6 @@ def _budgeted_environment(jinja2: Any) -> Any:
             for item in iterable:
                 budget.spend(1)
                 yield item
-
-        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            return guards.binop(operator, left, right)
 
         def wrap_str_format(self, value: Any) -> Any:
             fmt = str_format_of(value)
@@ -162,7 +160,24 @@ def _budgeted_code_generator() -> Any:
                 self.write(", ")
             self.write("))")
 
+    for op, name in (("+", "Add"), ("*", "Mul"), ("**", "Pow"), ("%", "Mod")):
+        setattr(BudgetedCodeGenerator, "visit_" + name, _budgeted_binop(op, optimizeconst))
     return BudgetedCodeGenerator
+
+
+def _budgeted_binop(op: str, optimizeconst: Any) -> Any:
+    """A binary operator's code: ``environment.budget_binops[op](left, right)`` (as jinja2's sandbox
+    ``call_binop``, one call less; being intercepted, it is never folded at compile time)."""
+
+    @optimizeconst
+    def visit(self: Any, node: Any, frame: Any) -> None:
+        self.write(f"environment.budget_binops[{op!r}](")
+        self.visit(node.left, frame)
+        self.write(", ")
+        self.visit(node.right, frame)
+        self.write(")")
+
+    return visit
 
 
 def _format_method(formatter: Any, template: str, is_map: bool) -> Callable[..., str]:
@@ -257,6 +272,10 @@ class Jinja2Template:
             raise _wrap(exc) from exc
 
     def render(self, context: Dict[str, Any]) -> str:
+        return self.run(context)[0]
+
+    def run(self, context: Dict[str, Any]) -> Tuple[str, Budget]:
+        """The rendered text, and what the render spent of its budget."""
         budget = self.limits.budget()
         context = dict(context)
         context.setdefault("range", budget.range)
@@ -271,4 +290,4 @@ class Jinja2Template:
                     parts.append(chunk)
         except Exception as exc:
             raise _wrap(exc) from exc
-        return "".join(parts)
+        return "".join(parts), budget

@@ -63,12 +63,13 @@ class Budget:
     """What one render has spent of its :class:`Limits`.  ``with budget:`` makes it the
     thread's :func:`current` one for the render (and restores the one before)."""
 
-    __slots__ = ("limits", "steps", "memory", "deadline", "next_clock", "outer")
+    __slots__ = ("limits", "steps", "memory", "max_value", "max_memory", "deadline", "next_clock", "outer")
 
     def __init__(self, limits: Limits):
         self.limits = limits
         self.steps = 0
         self.memory = 0
+        self.max_value, self.max_memory = limits.max_output, limits.max_memory
         self.deadline = time.thread_time() + limits.max_cpu_seconds
         self.next_clock = CLOCK_EVERY
         self.outer: Optional[Budget] = None
@@ -94,16 +95,17 @@ class Budget:
                                     f"({CPU_FLAG})", "limit")
 
     def charge(self, items: int, nbytes: int) -> None:
-        """A value of ``items`` characters or elements, costing ``nbytes``, built (or about to be); a step
-        too, so that a run of cheap builds reads the clock."""
-        if items > self.limits.max_output:
-            raise TemplateError(f"the template built a value of {items} items, over the limit of "
-                                f"{self.limits.max_output}", "limit")
+        """A value of ``items`` characters or elements, costing ``nbytes``, built (or about to be)."""
         self.memory += nbytes
-        if self.memory > self.limits.max_memory:
-            raise TemplateError(f"the template built more than {self.limits.max_memory >> 20} MiB of values "
-                                f"({MEMORY_FLAG})", "limit")
-        self.spend(1)
+        if items > self.max_value or self.memory > self.max_memory:
+            self._over(items)
+
+    def _over(self, items: int) -> None:
+        if items > self.max_value:
+            raise TemplateError(f"the template built a value of {items} items, over the limit of "
+                                f"{self.max_value}", "limit")
+        raise TemplateError(f"the template built more than {self.max_memory >> 20} MiB of values "
+                            f"({MEMORY_FLAG})", "limit")
 
     def output_exceeded(self) -> None:
         raise TemplateError(f"the template rendered more than {self.limits.max_output} characters", "limit")
@@ -126,8 +128,8 @@ class _Unbounded(Budget):
         pass
 
     def charge(self, items: int, nbytes: int) -> None:
-        if items > self.limits.max_output:
-            super().charge(items, nbytes)
+        if items > self.max_value:
+            self._over(items)
 
 
 _local = threading.local()

@@ -177,21 +177,10 @@ class Sandbox:
         return format_
 
     # -- the operators that build ----------------------------------------------------------------
-    @staticmethod
-    def add(a: Any, b: Any) -> Any:
-        return guards.binop("+", a, b)
-
-    @staticmethod
-    def mul(a: Any, b: Any) -> Any:
-        return guards.binop("*", a, b)
-
-    @staticmethod
-    def pow_(a: Any, b: Any) -> Any:
-        return guards.binop("**", a, b)
-
-    @staticmethod
-    def mod(a: Any, b: Any) -> Any:
-        return guards.binop("%", a, b)
+    add = staticmethod(guards.add)
+    mul = staticmethod(guards.mul)
+    pow_ = staticmethod(guards.pow_)
+    mod = staticmethod(guards.mod)
 
     @staticmethod
     def concat(*parts: Any) -> str:
