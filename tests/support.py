@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -9,6 +10,7 @@ import re
 import signal
 import socket
 import sys
+import threading
 import time
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -159,3 +161,27 @@ def hf_installed() -> bool:
     except ImportError:
         return False
     return True
+
+
+@contextlib.contextmanager
+def serving_in_process(app: Any, mode: str, **loop_kw: Any) -> Iterator[int]:
+    """An :class:`~mtok.api.server.HTTPServer` of ``app``'s routes in this process,
+    through the event loop (``mode`` "loop", its keywords ``loop_kw``) or the
+    handler threads ("threads"); yields its port."""
+    from mtok.api.loop import AVAILABLE, EventLoop
+    from mtok.api.server import HTTPServer
+
+    if mode == "loop" and not AVAILABLE:
+        pytest.skip("no epoll here")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    httpd = HTTPServer(sock, app, None, 1 << 20, 10.0)
+    serve = EventLoop(httpd, **loop_kw).serve_forever if mode == "loop" else httpd.serve_forever
+    threading.Thread(target=serve, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        if mode == "threads":
+            httpd.shutdown()
+        sock.close()

@@ -13,15 +13,12 @@ import json
 import os
 import socket
 import struct
-import threading
 
 import pytest
 
 from mtok.api import inline
-from mtok.api.loop import AVAILABLE, EventLoop
 from mtok.api.routes import Pending, Request, route
-from mtok.api.server import HTTPServer
-from support import ROOT, Server, wait_for
+from support import ROOT, serving_in_process, wait_for
 
 ECHO_TEMPLATE = os.path.join(ROOT, "examples", "chat_template_echo_last.jinja")
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
@@ -99,18 +96,8 @@ class _BuggyApp:
 
 @pytest.fixture(params=["loop", "threads"])
 def buggy(request):
-    if request.param == "loop" and not AVAILABLE:
-        pytest.skip("no epoll")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    httpd = HTTPServer(sock, _BuggyApp(), None, 1 << 20, 10.0)
-    serve = EventLoop(httpd).serve_forever if request.param == "loop" else httpd.serve_forever
-    threading.Thread(target=serve, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield sock.getsockname()[1], request.param
-    if request.param == "threads":
-        httpd.shutdown()
-    sock.close()
+    with serving_in_process(_BuggyApp(), request.param) as port:
+        yield port, request.param
 
 
 def get(port: int, path: str):

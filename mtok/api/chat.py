@@ -89,7 +89,7 @@ def prompt_ids(model: "ModelEntry", inp: ChatInput, add_special_tokens: bool = F
 class ChatRoutes:
     """Mixed into :class:`mtok.api.native.Api`, which provides tm, args, start_stream, usage."""
 
-    @route("POST", "/v1/chat/completions", inline=True)
+    @route("POST", "/v1/chat/completions", inline=True, offload=True)
     def chat_completions(self, req: Request) -> Any:
         body = require_object(req.json())
         got = fields.read(body, fields.CHAT, self.args.strict_fields)  # mtok.api.fields: what each field does

@@ -150,7 +150,7 @@ class ConnectionWatch:
             return self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
         except BlockingIOError:
             return False
-        except OSError:
+        except (OSError, ValueError):  # ValueError: closed already (the loop closes a hung-up connection)
             return True
 
 

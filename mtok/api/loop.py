@@ -12,7 +12,9 @@ What the loop serves itself: a request whose head and ``Content-Length`` body
 (at most :data:`~mtok.api.inline.INLINE_MAX_BODY`) have arrived, for a route marked ``inline``
 (:func:`mtok.api.routes.route`), that does not ask for a stream.  The routes
 of the requests one turn read run at its end, together, in the loop's thread
-(so that their prompts can be tokenized together: ``prepare_turn``); a
+(so that their prompts can be tokenized together: ``prepare_turn``), but for
+those marked ``offload``, which run on a few threads of their own
+(:mod:`mtok.api.offload`) while the loop keeps their connection; a
 :class:`~mtok.api.routes.Pending` answer is written when its handle's
 mailbox (made by :class:`LoopWatch`) says the results are in.
 
@@ -39,7 +41,6 @@ import collections
 import contextlib
 import logging
 import select
-import socket
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
@@ -47,9 +48,10 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from ..managers.request_handle import WATCH_AFTER
 from . import inline
 from .loop_accept import PAUSED_POLL, Acceptor
-from .loop_conn import READING, WAITING, WRITING, Conn, LoopWatch
+from .loop_conn import READING, WAITING, WRITING, Conn, LoopWatch, Waker
+from .offload import Offload, drop
 from .respond import body_fields, encode_outcome, internal_error, response_head
-from .routes import EventStream, Pending, Request
+from .routes import EventStream, Pending, Request, offloads
 from .validate import APIError
 
 logger = logging.getLogger(__name__)
@@ -80,12 +82,15 @@ class EventLoop:
     ``fewest``, if given, is told this worker's open connections and says
     whether it holds the fewest of the workers sharing the listening socket:
     only then does the loop accept (:mod:`mtok.api.loop_accept` says why).
+
+    ``request_timeout`` (``--request-timeout``) bounds a request's time on the pool.
     """
 
     def __init__(self, httpd: Any, corked: Optional[Callable[[], Any]] = None,
                  fewest: Optional[Callable[[int], bool]] = None,
-                 prepare_turn: Optional[Callable[[List[inline.Plan]], Any]] = None):
-        self.httpd = httpd
+                 prepare_turn: Optional[Callable[[List[inline.Plan]], Any]] = None,
+                 request_timeout: float = float("inf")):
+        self.httpd, self.request_timeout = httpd, request_timeout
         self.corked = corked or contextlib.nullcontext
         self.acceptor = Acceptor(httpd, fewest)
         self.prepare_turn = prepare_turn or (lambda plans: contextlib.nullcontext())
@@ -93,9 +98,9 @@ class EventLoop:
         self.conns: Dict[int, Conn] = {}
         self.woken: Deque[Conn] = collections.deque()  # conns whose mailbox was filled
         self.again: Deque[Conn] = collections.deque()  # conns with a next request already buffered
-        self._signalled = False
+        self.waker = Waker()
+        self.offload = Offload(self.waker.nudge)
         self._accept_stopped = threading.Event()
-        self._wake_r, self._wake_w = socket.socketpair()
         self._readers: Dict[int, Callable[[], None]] = {}
         self._thread: Optional[int] = None  # the loop thread's ident, once it runs
         self.epoll: Any = None
@@ -120,19 +125,17 @@ class EventLoop:
     def serve_forever(self, poll_interval: float = 0.25) -> None:
         listener = self.httpd.socket
         listener.setblocking(False)
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
         ep = self.epoll = self.acceptor.epoll = select.epoll()
         ep.register(listener.fileno(), select.EPOLLIN)
-        ep.register(self._wake_r.fileno(), select.EPOLLIN)
+        ep.register(self.waker.fileno(), select.EPOLLIN)
         for fd in self._readers:
             ep.register(fd, select.EPOLLIN)
         self._thread = threading.get_ident()
         next_tick = 0.0
         while True:
             # no wait while something is ready: a pipelined request, news put after the last turn's run
-            events = ep.poll(0 if self.woken or self.again else PAUSED_POLL if self.acceptor.paused
-                             else poll_interval)
+            ready = self.woken or self.again or self.offload.done
+            events = ep.poll(0 if ready else PAUSED_POLL if self.acceptor.paused else poll_interval)
             self.acceptor.resume()
             with self.corked():
                 for fd, ev in events:
@@ -149,21 +152,14 @@ class EventLoop:
         self.acceptor.accepting = False
         if self.epoll is None:
             return
-        self._signal()
+        self.waker.signal()
         self._accept_stopped.wait(timeout)
 
     def wake(self, conn: Conn) -> None:
         """``conn``'s mailbox has news (any thread)."""
         self.woken.append(conn)
-        if not self._signalled and threading.get_ident() != self._thread:
-            self._signal()
-
-    def _signal(self) -> None:
-        self._signalled = True
-        try:
-            self._wake_w.send(b"\0")
-        except OSError:  # full: a wake-up is pending anyway
-            pass
+        if threading.get_ident() != self._thread:
+            self.waker.nudge()
 
     # -- events ----------------------------------------------------------------------
     def _event(self, fd: int, ev: int) -> None:
@@ -172,14 +168,8 @@ class EventLoop:
             reader = self._readers.get(fd)
             if reader is not None:
                 reader()
-            elif fd == self._wake_r.fileno():
-                try:
-                    self._wake_r.recv(4096)
-                except OSError:
-                    pass
-                # after the read, before the woken are run: a wake that saw the flag set
-                # queued its conn before this, and any later one signals again
-                self._signalled = False
+            elif fd == self.waker.fileno():
+                self.waker.clear()  # before the woken are run
             else:
                 self._accept()
         elif conn.state == READING:
@@ -199,9 +189,15 @@ class EventLoop:
         if not self.acceptor.accepting and not self._accept_stopped.is_set():
             self.acceptor.watch(None)
             self._accept_stopped.set()
+        for (conn, task, then), outcome in self.offload.settled():
+            if self._still(conn, WAITING) and conn.task is task:
+                conn.task = None
+                self._safely(conn.fd, then, conn, outcome)
+            else:  # the client left, or was answered (a timeout) meanwhile
+                drop(outcome)
         while self.woken:
             conn = self.woken.popleft()
-            if self._still(conn, WAITING):
+            if self._still(conn, WAITING) and conn.pending is not None:  # not while on the pool
                 self._safely(conn.fd, self._advance, conn)
         for _ in range(len(self.again)):  # one request each per turn: a pipelining client waits its turn
             conn = self.again.popleft()
@@ -236,7 +232,7 @@ class EventLoop:
             if conn.status == 0 and conn.state != WRITING:
                 if conn.pending is not None:
                     conn.pending.handle.close()
-                    conn.pending = None
+                conn.pending = conn.task = None  # what the pool still does for it is dropped
                 if conn.started is None:
                     self._begin(conn, "other", True)
                 conn.close = True  # what the loop knew of this connection is not to be trusted
@@ -277,7 +273,11 @@ class EventLoop:
                 if not conn.watched:
                     conn.watched = True
                     self.epoll.modify(conn.fd, select.EPOLLRDHUP)  # a half-close still there shows at once
-                conn.pending.handle.check_deadline()  # late: fails with 504, and wakes us
+                if conn.task is None:
+                    conn.pending.handle.check_deadline()  # late: fails with 504, and wakes us
+                elif now - conn.started > self.request_timeout:  # late on the pool: its outcome is dropped
+                    conn.task = None
+                    self._respond(conn, APIError("the request took longer than --request-timeout", 504))
             elif now - conn.since <= timeout:
                 continue
             elif conn.state == READING and conn.buf:
@@ -306,10 +306,24 @@ class EventLoop:
 
     def _dispatch(self, conn: Conn, handler: Any, req: Request, close: bool) -> None:
         self._begin(conn, req.path if req.path in self.httpd.routes else "other", close)
+        conn.offloaded = offloads(handler, req._json)
+        if conn.offloaded:
+            return self._offload(conn, self._settle, handler, req)
         try:
             result = handler(req)
         except Exception as e:  # noqa: BLE001 (an APIError, a bug: answered as the threads answer)
             return self._respond(conn, e)
+        self._settle(conn, result)
+
+    def _offload(self, conn: Conn, then: Callable[[Conn, Any], None], fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the pool while ``conn`` waits; ``then(conn, outcome)``
+        in the loop's thread, once it returned or raised (unless conn is gone or answered)."""
+        conn.task, conn.state, conn.watched = object(), WAITING, True
+        self.epoll.modify(conn.fd, select.EPOLLRDHUP)  # pipelined bytes wait; a hang-up still shows
+        self.offload.submit((conn, conn.task, then), fn, *args)
+
+    def _settle(self, conn: Conn, result: Any) -> None:
+        """A route's result: a Pending is waited on, anything else answered."""
         if isinstance(result, Pending):
             conn.pending, conn.state, conn.watched = result, WAITING, True
             self.epoll.modify(conn.fd, select.EPOLLRDHUP)  # pipelined bytes wait; a hang-up still shows
@@ -325,6 +339,9 @@ class EventLoop:
         try:
             if not pending.handle.drain():
                 return
+            if conn.offloaded:  # its render too (a chat answer's parsing), which closes the handle
+                conn.pending = None
+                return self._offload(conn, self._respond, pending.finish)
             result = pending.render(pending.handle.states)
         except Exception as e:  # noqa: BLE001 (a refusal, a hang-up, a bug)
             result = e

@@ -1,9 +1,11 @@
-"""A client connection the event loop holds (:mod:`mtok.api.loop`), and the
-watch its requests carry, through which their results reach the loop.
+"""A client connection the event loop holds (:mod:`mtok.api.loop`), the
+watch its requests carry, and the wake-up through which their results reach
+the loop.
 
 A handler thread waits on a request's mailbox; the loop cannot wait on
 anything but its epoll, so a request it serves gets a :class:`LoopMailbox`,
-which tells the loop when a state is put in it, from whichever thread.
+which tells the loop when a state is put in it, from whichever thread; the
+loop's pool (:mod:`mtok.api.offload`) wakes it the same way (:class:`Waker`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class Conn:
     """One client connection the loop holds, and the request it is serving."""
 
     __slots__ = ("sock", "fd", "addr", "buf", "state", "since", "out", "pending", "close", "started", "endpoint",
-                 "status", "watched")
+                 "status", "watched", "task", "offloaded")
 
     def __init__(self, sock: socket.socket, addr: Any, now: float):
         self.sock, self.fd, self.addr = sock, sock.fileno(), addr
@@ -37,6 +39,43 @@ class Conn:
         self.started: Optional[float] = None  # a request is in flight since then
         self.endpoint, self.status = "other", 0
         self.watched = True  # while waiting: is a hang-up reported?
+        self.task: Optional[object] = None  # while waiting: the token of the work on the pool, if there
+        self.offloaded = False  # the request's route (and its answer's render) runs on the pool
+
+
+class Waker:
+    """A byte on a socket pair the loop's epoll watches, sent from other threads
+    only while no wake-up is pending (``signalled``)."""
+
+    def __init__(self) -> None:
+        self._r, self._w = socket.socketpair()
+        self._r.setblocking(False)
+        self._w.setblocking(False)
+        self.signalled = False
+
+    def fileno(self) -> int:
+        return self._r.fileno()
+
+    def nudge(self) -> None:
+        """Wake the loop (any thread), unless a wake-up is pending already."""
+        if not self.signalled:
+            self.signal()
+
+    def signal(self) -> None:
+        self.signalled = True
+        try:
+            self._w.send(b"\0")
+        except OSError:  # full: a wake-up is pending anyway
+            pass
+
+    def clear(self) -> None:
+        """The loop took the wake-up.  The flag drops after the read: whoever saw
+        it set had queued its news before, and whoever comes later signals again."""
+        try:
+            self._r.recv(4096)
+        except OSError:
+            pass
+        self.signalled = False
 
 
 class LoopMailbox(queue.SimpleQueue):

@@ -146,7 +146,7 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes):
             return out if is_batch else out[0]
         return Pending(self.tm.submit_embedding(inputs, got.get("model"), req.watch), render)
 
-    @route("POST", "/tokenize", "/v1/tokenize", inline=True)
+    @route("POST", "/tokenize", "/v1/tokenize", inline=True, offload=lambda body: "messages" in body)
     def tokenize(self, req: Request) -> Any:
         body = require_object(req.json())
         if "messages" in body:

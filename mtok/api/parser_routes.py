@@ -50,7 +50,7 @@ class ParserRoutes:
             cached = self._configured_parsers = self.args.parsers()
         return cached
 
-    @route("POST", "/parse_function_call")
+    @route("POST", "/parse_function_call", inline=True, offload=True)
     def parse_function_call(self, req: Request) -> Any:
         body = require_object(req.json())
         check_unknown(body, ("text", "tools", "tool_call_parser", "model"))
@@ -67,7 +67,7 @@ class ParserRoutes:
             {"tool_index": i if parser.index_by_call else position.get(c.name, -1),
              "name": c.name, "parameters": c.arguments} for i, c in enumerate(calls)]}
 
-    @route("POST", "/separate_reasoning")
+    @route("POST", "/separate_reasoning", inline=True, offload=True)
     def separate_reasoning(self, req: Request) -> Any:
         body = require_object(req.json())
         check_unknown(body, ("text", "reasoning_parser", "return_blocks", "chat_template_kwargs", "model"))

@@ -3,12 +3,20 @@ and the shapes they may return.
 
 Kept apart from :mod:`mtok.api.server` (which re-exports these names) so
 that the transport holds only the transport.
+
+The marks are how a route tells the transports what it may do to them
+(:func:`route`): ``inline`` routes never wait, so the event loop may run them
+in its own thread; ``offload`` ones never wait either but may compute long
+(render a chat template, parse a model's output), so the loop runs them, and
+the render of their answer, on its pool (:mod:`mtok.api.offload`); a new
+route that does such work marks itself so, and the loop keeps it off the
+thread every other request and the worker's heartbeat depend on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 from .connections import ConnectionWatch
 from .validate import APIError, parse_json
@@ -61,8 +69,16 @@ class Pending:
         with self.handle:
             return self.render(self.handle.results())
 
+    def finish(self) -> Any:
+        """The body, once the handle has all its states (the loop drained it); the handle is closed."""
+        try:
+            return self.render(self.handle.states)
+        finally:
+            self.handle.close()
 
-def route(method: str, *paths: str, inline: bool = False, prompt: Optional[Callable] = None) -> Callable:
+
+def route(method: str, *paths: str, inline: bool = False, prompt: Optional[Callable] = None,
+          offload: Union[bool, Callable[[Dict[str, Any]], bool]] = False) -> Callable:
     """Mark an app method as the handler of ``method`` on ``paths``.
 
     ``inline=True`` promises that the handler never blocks: it answers at once
@@ -73,16 +89,28 @@ def route(method: str, *paths: str, inline: bool = False, prompt: Optional[Calla
     ``prompt``, for an inline handler, takes the request's JSON object and
     gives ``(model name or None, text)`` when the handler will tokenize that
     one text as a prompt, else None: the event loop then tokenizes a turn's
-    prompts together before their handlers run (:mod:`mtok.managers.ahead`)."""
+    prompts together before their handlers run (:mod:`mtok.managers.ahead`).
+
+    ``offload``, for an inline handler that may compute long (True, or a test of
+    the request's JSON object: ``/tokenize`` renders only with ``messages``),
+    makes the loop run it, and its :class:`Pending`'s render, on its pool."""
     def mark(fn: Callable) -> Callable:
         fn.__dict__.setdefault("routes", []).extend((method, p) for p in paths)
         if inline:
             fn.inline = True
         if prompt is not None:
             fn.prompt = prompt
+        if offload:
+            fn.offload = offload
         return fn
 
     return mark
+
+
+def offloads(handler: Callable, body: Any) -> bool:
+    """Whether ``handler``, given this JSON body, is to run off the loop's thread (its ``offload`` mark)."""
+    mark = getattr(handler, "offload", False)
+    return bool(mark(body) if isinstance(body, dict) else False) if callable(mark) else bool(mark)
 
 
 def collect_routes(app: Any) -> Dict[str, Dict[str, Callable]]:

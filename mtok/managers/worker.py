@@ -59,7 +59,7 @@ class HttpFrontend:
         if loop.enabled(args):
             corked = getattr(tm.send_to_scheduler, "corked", None)
             fewest = functools.partial(board.fewest_connections, slot) if shared else None
-            self.loop = loop.EventLoop(self.httpd, corked, fewest, EncodeAhead(tm).turn)
+            self.loop = loop.EventLoop(self.httpd, corked, fewest, EncodeAhead(tm).turn, args.request_timeout)
         if not tm.receives_in_thread:  # the inbox is ours to read: in the loop, or in a thread
             if self.loop is not None:
                 tm.recv_from_detokenizer.attach(self.loop.add_reader, self.loop.remove_reader, tm.handle_message)
