@@ -98,9 +98,10 @@ class HttpFrontend:
     def stop_accepting(self) -> None:
         self._stopping = True
         self.httpd.draining = True
-        if self._thread is not None and self.loop is not None:
+        serving = self._thread is not None and self._thread.is_alive()  # a dead loop answers no one
+        if serving and self.loop is not None:
             self.loop.stop_accepting()
-        elif self._thread is not None:
+        elif serving:
             self.httpd.shutdown()
         try:
             self.sock.close()
