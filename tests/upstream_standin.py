@@ -19,15 +19,29 @@ The "model" echoes the prompt, cycling, so outputs are predictable; its logprob
 for the token at output position p is ``-0.5 * (p + 1)``.  ``behaviour`` switches
 errors, slowness and dying on; ``seen`` records each request body and
 ``cancelled`` the streams whose client went away.
+
+``behaviour["hostile"] = NAME`` answers the next requests as a broken or
+hostile upstream would (the ``hostile_NAME`` methods: an endless line, endless
+events, silence, a drip, a reset, a redirect...).  Each is bounded -- a loop
+of at most ``HOSTILE_BYTES`` bytes or ``HOSTILE_SECONDS`` seconds that also ends
+when the client goes away or :meth:`StandIn.stop` is called -- so a stand-in
+always stops by itself.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional
+
+
+HOSTILE_BYTES = 512 << 20  # the most an endless line or body sends before giving up
+HOSTILE_SECONDS = 30.0  # the longest a silent or dripping stream stays open
+BEYOND_VOCAB = 10 ** 9
 
 
 def lp(p: int) -> float:
@@ -44,6 +58,7 @@ class StandIn:
         self.active = 0
         self.max_active = 0
         self.lock = threading.Lock()
+        self.closing = threading.Event()  # stop(): the hostile streams that wait give up
         self.server = self._serve(port)
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -58,6 +73,15 @@ class StandIn:
                 pass
 
             def do_GET(self) -> None:
+                if outer.behaviour.get("endless_health"):
+                    outer.head(self, 200, "application/json", {"Content-Length": str(HOSTILE_BYTES)})
+                    try:
+                        for _ in range(HOSTILE_BYTES // 65536):
+                            self.wfile.write(b" " * 65536)
+                    except OSError:
+                        pass
+                    self.close_connection = True
+                    return
                 healthy = not outer.behaviour.get("unhealthy")
                 outer.reply(self, 200 if healthy else 503, {} if healthy else {"error": {"message": "warming up"}})
 
@@ -71,6 +95,7 @@ class StandIn:
         return server
 
     def stop(self) -> None:
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -96,6 +121,12 @@ class StandIn:
             self.reply(h, b["status"], {"error": {"message": b.get("message", "upstream says no")}})
             return
         prompt, params = self.prompt_and_params(body)
+        if b.get("hostile"):
+            try:
+                getattr(self, "hostile_" + b["hostile"])(h, body, prompt)
+            except OSError:  # the client went away: the point of most of these
+                h.close_connection = True
+            return
         if not prompt:
             self.reply(h, 400, {"error": {"message": "give token ids"}})
             return
@@ -148,6 +179,122 @@ class StandIn:
         h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         h.wfile.flush()
 
+    # -- hostile upstreams (behaviour["hostile"]) -------------------------------------
+    @staticmethod
+    def head(h: BaseHTTPRequestHandler, status: int = 200, ctype: str = "text/event-stream",
+             extra: Optional[Dict[str, str]] = None) -> None:
+        h.send_response(status)
+        h.send_header("Content-Type", ctype)
+        for k, v in (extra or {"Transfer-Encoding": "chunked"}).items():
+            h.send_header(k, v)
+        h.end_headers()
+
+    @staticmethod
+    def chunk(h: BaseHTTPRequestHandler, data: bytes) -> None:
+        h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        h.wfile.flush()
+
+    def endless(self, h: BaseHTTPRequestHandler, start: bytes, filler: bytes) -> None:
+        """``start``, then ``filler`` until HOSTILE_BYTES went out or the client left."""
+        self.chunk(h, start)
+        for _ in range(HOSTILE_BYTES // len(filler)):
+            self.chunk(h, filler)
+        h.close_connection = True
+
+    def first_event(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h)
+        self.event(h, self.make_event(body, prompt, prompt[:1], None))
+
+    def hostile_endless_line(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h)
+        self.endless(h, b'data: {"output_ids": [', b"1," * 32768)
+
+    def hostile_endless_events(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h)
+        data = b"data: " + json.dumps(self.empty_event()).encode() + b"\n\n"
+        self.endless(h, data, data * 64)
+
+    def hostile_endless_blank_lines(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.first_event(h, body, prompt)
+        self.endless(h, b"\n", b"\n" * 65536)
+
+    def hostile_huge_error(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h, 500, "application/json")
+        self.endless(h, b'{"error": {"message": "', b"x" * 65536)
+
+    def hostile_silent(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        """One event, then the stream stays open and says nothing (vLLM draining)."""
+        self.first_event(h, body, prompt)
+        self.closing.wait(HOSTILE_SECONDS)
+        h.close_connection = True
+
+    def hostile_drip(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        """One event, then one byte of the next every 0.2 s, never a whole line."""
+        self.first_event(h, body, prompt)
+        for _ in range(int(HOSTILE_SECONDS / 0.2)):
+            if self.closing.wait(0.2):
+                break
+            self.chunk(h, b"d")
+        h.close_connection = True
+
+    def hostile_slow_first(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        """A long prefill: the first event after behaviour["first_delay"] s, then a normal stream."""
+        self.closing.wait(self.behaviour["first_delay"])
+        self.stream(h, body, prompt, self.prompt_and_params(body)[1])
+
+    def hostile_reset(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.first_event(h, body, prompt)
+        h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        h.connection.close()  # with SO_LINGER 0: an RST, not a FIN
+        h.close_connection = True
+
+    def hostile_malformed(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h)
+        self.chunk(h, b'data: {"output_ids": [5, \n\n')
+
+    def hostile_not_an_object(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h)
+        self.chunk(h, b"data: [1, 2]\n\n")
+
+    def hostile_wrong_types(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h)
+        self.event(h, self.wrong_types_event())
+
+    def hostile_beyond_vocab(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h)
+        self.event(h, self.make_event(body, prompt, [prompt[0], BEYOND_VOCAB], None))
+
+    def hostile_after_finish(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h)
+        self.event(h, self.make_event(body, prompt, prompt[:1], self.finish(-1, set(), 1, 1)))
+        self.event(h, self.make_event(body, prompt, prompt[:1] * 2, None))
+        self.event(h, None)
+        self.chunk(h, b"")
+
+    def hostile_bad_logprobs(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h)
+        self.event(h, self.bad_logprobs_event(body, prompt))
+
+    def hostile_redirect(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h, 307, "text/plain", {"Location": "http://127.0.0.1:9/elsewhere", "Content-Length": "0"})
+
+    def hostile_json_body(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        """A whole JSON answer where an event stream was asked for."""
+        self.reply(h, 200, self.make_event(body, prompt, prompt[:1], self.finish(-1, set(), 1, 1)))
+
+    def hostile_no_body(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h, 200, "text/event-stream", {"Content-Length": "0"})
+
+    def empty_event(self) -> Dict[str, Any]:
+        """An event with no new token and no finish."""
+        raise NotImplementedError
+
+    def wrong_types_event(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def bad_logprobs_event(self, body: Dict[str, Any], prompt: List[int]) -> Dict[str, Any]:
+        raise NotImplementedError
+
     def finish(self, tok: int, stops: set, n: int, limit: int) -> Optional[Dict[str, Any]]:
         raise NotImplementedError
 
@@ -193,6 +340,20 @@ class SGLangStandIn(StandIn):
         return {"output_ids": out[-1:] if incremental else list(out), "meta_info": meta}
 
 
+    def empty_event(self) -> Dict[str, Any]:
+        return {"output_ids": [], "meta_info": {"completion_tokens": 0, "finish_reason": None}}
+
+    def wrong_types_event(self) -> Dict[str, Any]:
+        return {"output_ids": "abc", "meta_info": {"completion_tokens": "3", "finish_reason": None}}
+
+    def bad_logprobs_event(self, body: Dict[str, Any], prompt: List[int]) -> Dict[str, Any]:
+        """Rows whose logprobs are not numbers, and prompt rows for more positions than the prompt has."""
+        event = self.make_event(body, prompt, prompt[:1], None)
+        event["meta_info"]["output_token_logprobs"] = [["high", prompt[0], None]]
+        event["meta_info"]["input_token_logprobs"] = [[-1.0, t, None] for t in prompt * 3]
+        return event
+
+
 class VLLMStandIn(StandIn):
     kind = "vllm"
 
@@ -218,3 +379,17 @@ class VLLMStandIn(StandIn):
                 {"token_id": tok + i, "logprob": lp(p) - i, "rank": i + 1} for i in range(1, k)]
             choice["logprobs"] = {"content": [{"token_id": tok, "logprob": lp(p), "rank": 1, "top_logprobs": top}]}
         return {"request_id": "standin", "choices": [choice]}
+
+    def empty_event(self) -> Dict[str, Any]:
+        return {"request_id": "standin", "choices": [{"index": 0, "token_ids": [], "finish_reason": None}]}
+
+    def wrong_types_event(self) -> Dict[str, Any]:
+        return {"request_id": "standin", "choices": [{"index": 0, "token_ids": "abc", "finish_reason": None}]}
+
+    def bad_logprobs_event(self, body: Dict[str, Any], prompt: List[int]) -> Dict[str, Any]:
+        """A row whose logprob is not a number and whose top list names ids beyond the vocabulary."""
+        tok = prompt[0]
+        top = [{"token_id": BEYOND_VOCAB, "logprob": "high", "rank": 1}]
+        return {"request_id": "standin", "choices": [{"index": 0, "token_ids": [tok], "finish_reason": None,
+                                                       "logprobs": {"content": [{"token_id": tok, "logprob": "x",
+                                                                                 "top_logprobs": top}]}}]}

@@ -26,7 +26,18 @@ unreachable or overloaded upstream is a 503, and a timeout a 504.  A probe
 thread asks the upstream's ``/health`` every second; while it fails,
 :meth:`UpstreamEngine.health` says why and mtok's own ``/health`` is 503.
 
-Options come in the URL's query: ``sglang:http://host:30000?max_connections=64&timeout=600``.
+What an upstream sends is untrusted and every read of it is bounded
+(:mod:`mtok.engines.upstream_limits`): crossing a bound, a redirect, an
+answer that is no event stream or a malformed event fails that one request
+with a 502, never the scheduler or the other requests.  The time bounds are
+kept by :meth:`UpstreamEngine.step`, which the scheduler runs every few
+milliseconds anyway: a stream whose next event is overdue is cut there, so
+neither a drip of bytes nor a stalled response head can hold a request.  The
+finishing event is held back until ``[DONE]`` (or the stream's end), so ids
+that come after it fail the request rather than vanish.
+
+Options come in the URL's query (:class:`~mtok.engines.upstream_limits.Limits`):
+``sglang:http://host:30000?max_connections=64&timeout=600``.
 Subclasses say how a request is written (:meth:`request_body`) and how an
 event is read (:meth:`parse_event`).
 """
@@ -41,17 +52,19 @@ import socket
 import threading
 import time
 import urllib.parse
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import Engine, EngineContext, EngineOutput
+from .upstream_limits import SHAPE_ERRORS, Budget, Limits, Malformed, checked, read_capped, sse_events
 from ..wire.finish import FinishAbort, FinishReason
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_CONNECTIONS = 64
-DEFAULT_TIMEOUT = 300.0  # seconds without a byte from the upstream before a request is a 504
 PROBE_INTERVAL = 1.0
+PROBE_TIMEOUT = 5.0  # the most a /health probe may take
+CONTROL_TIMEOUT = 30.0  # the most a control call (/flush_cache) may take
 STEP_WAIT = 0.005  # how long a step waits for news before returning empty-handed
+DRAIN_BYTES = 64 * 1024  # what may follow [DONE] on a connection that is kept for reuse
 
 
 def upstream_abort(status: int, message: str) -> FinishAbort:
@@ -126,7 +139,7 @@ class Pool:
 class Flight:
     """One request's stream: what arrived and was not yet handed to the scheduler."""
 
-    __slots__ = ("req", "ids", "rows", "input_rows", "finish", "conn", "cancelled", "seen")
+    __slots__ = ("req", "ids", "rows", "input_rows", "finish", "sock", "cancelled", "seen", "budget")
 
     def __init__(self, req: Any):
         self.req = req
@@ -134,9 +147,10 @@ class Flight:
         self.rows: List[Any] = []
         self.input_rows: Optional[List[Any]] = None
         self.finish: Optional[FinishReason] = None
-        self.conn: Optional[http.client.HTTPConnection] = None
+        self.sock: Optional[socket.socket] = None  # its stream's socket, for cutting it
         self.cancelled = False
-        self.seen = 0  # output ids received so far
+        self.seen = 0  # output ids received so far (the sender thread's count)
+        self.budget: Optional[Budget] = None  # set when its sender begins it
 
     def has_news(self) -> bool:
         return bool(self.ids) or self.finish is not None or self.input_rows is not None
@@ -159,10 +173,11 @@ class UpstreamEngine(Engine):
         super().__init__(ctx)
         url = (ctx.options or {}).get("url", "")
         base, _, query = url.partition("?")
-        opts = {k: v[-1] for k, v in urllib.parse.parse_qs(query).items()}
         self.url = base
-        size = int(opts.get("max_connections", DEFAULT_MAX_CONNECTIONS))
-        self.pool = Pool(base, size, float(opts.get("timeout", DEFAULT_TIMEOUT)))
+        self.limits = Limits.from_query(query)
+        self.vocab_size: Optional[int] = getattr(ctx.tokenizer, "vocab_size", None)
+        size = self.limits.max_connections
+        self.pool = Pool(base, size, self.limits.timeout)
         self.cond = threading.Condition()
         self.flights: Dict[str, Flight] = {}
         self.todo: "queue.SimpleQueue[Flight]" = queue.SimpleQueue()
@@ -182,22 +197,37 @@ class UpstreamEngine(Engine):
         """The scheduler is done with ``req``: if its stream is still open, cut it."""
         with self.cond:
             flight = self.flights.pop(req.rid, None)
-            if flight is None or flight.finish is not None:
-                return
-            flight.cancelled = True
-            conn = flight.conn
-        if conn is not None and conn.sock is not None:
-            try:
-                conn.sock.shutdown(socket.SHUT_RDWR)  # the sender thread's read fails at once
-            except OSError:
-                pass
+            if flight is not None and flight.finish is None:
+                self._cut(flight)
 
     def step(self, batch: Sequence[Any]) -> List[EngineOutput]:
         with self.cond:
             flights = [self.flights[r.rid] for r in batch]
             if not any(f.has_news() for f in flights):
                 self.cond.wait(STEP_WAIT)
+            self._cut_overdue(flights)
             return [f.take() for f in flights]
+
+    def _cut_overdue(self, flights: List[Flight]) -> None:
+        """Fail and cut the streams whose next event is late (the lock is held)."""
+        now = time.monotonic()
+        for flight in flights:
+            late = flight.budget is not None and flight.finish is None and flight.budget.overdue(now, self.url)
+            if late:
+                self._deliver(flight, [], [], None, upstream_abort(*late))
+                logger.warning("upstream request %s: %s", flight.req.rid, late[1])
+                self._cut(flight)
+
+    @staticmethod
+    def _cut(flight: Flight) -> None:
+        """Stop ``flight``'s stream: its sender's read fails at once and the
+        connection is not reused (the lock is held)."""
+        flight.cancelled = True
+        if flight.sock is not None:
+            try:
+                flight.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def health(self) -> Optional[str]:
         return self.problem
@@ -224,13 +254,12 @@ class UpstreamEngine(Engine):
 
     def _run(self, flight: Flight) -> None:
         body = json.dumps(self.request_body(flight.req)).encode()
+        flight.budget = Budget(self.limits, flight.req.sampling_params.max_new_tokens)
         conn = self.pool.get()
         reusable = False
         try:
-            with self.cond:
-                flight.conn = conn
-                if flight.cancelled:
-                    return
+            if not self._attach(flight, conn):
+                return
             reused = conn.sock is not None  # a fresh connection connects in its first request
             try:
                 reusable = self._exchange(conn, flight, body)
@@ -240,8 +269,10 @@ class UpstreamEngine(Engine):
                 # a kept-alive connection the upstream had closed while idle: once more on a new one
                 conn.close()
                 reusable = self._exchange(conn, flight, body)
-        except socket.timeout:
-            self._fail(flight, 504, f"no answer from {self.url} within {self.pool.timeout:g} s")
+        except Malformed as e:
+            self._fail(flight, 502, f"{self.url} sent {e}")
+        except socket.timeout:  # the socket's own timeout (``timeout``), should step not have cut it first
+            self._fail(flight, *flight.budget.overdue(float("inf"), self.url))
         except (ConnectionRefusedError, socket.gaierror) as e:
             self.problem = f"cannot reach {self.url}: {e}"
             self._fail(flight, 503, self.problem)
@@ -254,23 +285,88 @@ class UpstreamEngine(Engine):
         """Send one request and read its stream to the end; whether the connection is reusable."""
         conn.request("POST", self.pool.prefix + self.generate_path, body=body,
                      headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        if not self._attach(flight, conn):  # cut while connecting
+            return False
         resp = conn.getresponse()
         if resp.status != 200:
-            self._fail(flight, status_for(resp.status), f"{resp.status} {error_message(resp.read())}")
-            return not resp.will_close
-        for event in sse_events(resp):
-            if event is None:  # [DONE]
-                break
-            ids, rows, input_rows, finish = self.parse_event(flight, event)
-            self._deliver(flight, ids, rows, input_rows, finish)
-        if flight.finish is None:
+            return self._refused(flight, resp)
+        kind = (resp.getheader("Content-Type") or "").partition(";")[0].strip().lower()
+        if kind != "text/event-stream":
+            raise Malformed(f"a {kind or 'untyped'} answer, not an event stream")
+        held = self._read_stream(flight, resp)
+        if held is None:
             self._fail(flight, 502, "the stream ended without a finish reason")
             return False
-        resp.read()  # the end of the chunked body, so the connection can carry the next request
+        self._deliver(flight, *held)
+        return self._drain(conn, resp)
+
+    def _attach(self, flight: Flight, conn: http.client.HTTPConnection) -> bool:
+        """Note the socket ``flight`` streams on, so that it can be cut; False if it already was."""
+        with self.cond:
+            flight.sock = conn.sock
+            return not flight.cancelled
+
+    def _refused(self, flight: Flight, resp: http.client.HTTPResponse) -> bool:
+        """A status other than 200: the request fails with its mapped status and
+        the upstream's words; a redirect is never followed."""
+        if 300 <= resp.status < 400:
+            raise Malformed(f"a redirect ({resp.status} to {resp.getheader('Location')!r}), which mtok never follows")
+        assert flight.budget is not None
+        raw = read_capped(resp, self.limits.max_line_bytes, flight.budget.due, None)
+        self._fail(flight, status_for(resp.status), f"{resp.status} {error_message(raw)}")
         return not resp.will_close
+
+    def _read_stream(self, flight: Flight, resp: http.client.HTTPResponse) -> Optional[tuple]:
+        """Deliver the events as they come, but hold the finishing one back and
+        return it (None if none came): ids after a finish are Malformed."""
+        assert flight.budget is not None
+        held = None
+        for event in sse_events(resp, flight.budget):
+            if event is None:  # [DONE]
+                break
+            ids, rows, input_rows, finish = self._parsed(flight, event)
+            if held is not None:
+                if ids:
+                    raise Malformed(f"token ids after its finish reason: {ids[:5]}")
+                continue
+            flight.seen += len(ids)
+            if finish is None:
+                self._deliver(flight, ids, rows, input_rows, None)
+            else:
+                held = (ids, rows, input_rows, finish)
+        return held
+
+    def _parsed(self, flight: Flight, event: Any) -> Tuple[List[int], List[Any], Optional[list], Any]:
+        """:meth:`parse_event`'s reading of ``event``, checked (:func:`checked`);
+        Malformed if the event is not of the shape expected."""
+        lp = flight.req.logprobs
+        room = len(flight.req.input_ids) - (max(lp.start_len, 0) if lp is not None else 0)
+        try:
+            if not isinstance(event, dict):
+                raise TypeError(f"{type(event).__name__}, not an object")
+            return checked(self.parse_event(flight, event), room, self.vocab_size)
+        except SHAPE_ERRORS as e:
+            raise Malformed(f"a malformed event ({type(e).__name__}: {e})") from None
+
+    def _drain(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> bool:
+        """Read the little that follows ``[DONE]`` (the chunked body's end), and
+        only briefly, so the connection can carry the next request; whether it can."""
+        if resp.will_close or conn.sock is None:
+            return False
+        if resp.isclosed():
+            return True
+        try:
+            conn.sock.settimeout(self.limits.idle_timeout)
+            resp.read(DRAIN_BYTES)
+            conn.sock.settimeout(self.pool.timeout)
+        except (OSError, http.client.HTTPException):
+            return False
+        return resp.isclosed()
 
     def _fail(self, flight: Flight, status: int, message: str) -> None:
         if not flight.cancelled:
+            if status == 502:
+                logger.warning("upstream request %s: %s", flight.req.rid, message)
             self._deliver(flight, [], [], None, upstream_abort(status, message))
 
     def _deliver(self, flight: Flight, ids: List[int], rows: List[Any], input_rows: Optional[list],
@@ -280,7 +376,6 @@ class UpstreamEngine(Engine):
                 return
             flight.ids += ids
             flight.rows += rows
-            flight.seen += len(ids)
             if input_rows is not None:
                 flight.input_rows = input_rows
             flight.finish = finish
@@ -293,43 +388,28 @@ class UpstreamEngine(Engine):
             time.sleep(PROBE_INTERVAL)
 
     def check_upstream(self) -> Optional[str]:
-        conn = self.pool.new(timeout=min(5.0, self.pool.timeout))
         try:
-            conn.request("GET", self.pool.prefix + self.health_path)
-            resp = conn.getresponse()
-            raw = resp.read()
-            return None if resp.status == 200 else f"{self.url} says {resp.status} {error_message(raw)}"
+            status, raw = self._call("GET", self.health_path, None, PROBE_TIMEOUT)
+        except Malformed as e:
+            return f"{self.url}{self.health_path} sent {e}"
         except (OSError, http.client.HTTPException) as e:
             return f"cannot reach {self.url}: {type(e).__name__}: {e}"
-        finally:
-            conn.close()
+        return None if status == 200 else f"{self.url} says {status} {error_message(raw)}"
 
     def post_json(self, path: str, body: Dict[str, Any]) -> Tuple[int, Any]:
         """A short control call (``/flush_cache``) outside the pool."""
-        conn = self.pool.new(timeout=min(30.0, self.pool.timeout))
+        return self._call("POST", path, json.dumps(body), CONTROL_TIMEOUT)
+
+    def _call(self, method: str, path: str, body: Optional[str], within: float) -> Tuple[int, bytes]:
+        """One call on a connection of its own: (status, body), the body capped
+        and the whole call done ``within`` s (else socket.timeout)."""
+        within = min(within, self.pool.timeout)
+        deadline = time.monotonic() + within
+        conn = self.pool.new(timeout=within)
         try:
-            conn.request("POST", self.pool.prefix + path, body=json.dumps(body),
-                         headers={"Content-Type": "application/json"})
+            conn.request(method, self.pool.prefix + path, body=body, headers={"Content-Type": "application/json"})
+            sock = conn.sock  # getresponse lets go of it when the answer says Connection: close
             resp = conn.getresponse()
-            return resp.status, resp.read()
+            return resp.status, read_capped(resp, self.limits.max_line_bytes, deadline, sock)
         finally:
             conn.close()
-
-
-def sse_events(resp: http.client.HTTPResponse) -> Iterator[Optional[Dict[str, Any]]]:
-    """Each ``data:`` line's JSON; None for ``[DONE]``."""
-    while True:
-        line = resp.readline()
-        if not line:
-            return
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            yield None
-            return
-        try:
-            yield json.loads(data)
-        except ValueError:
-            raise http.client.HTTPException(f"a malformed event: {data[:80]!r}") from None
