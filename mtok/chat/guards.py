@@ -344,35 +344,36 @@ def _json_indent(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> int:
     return len(indent) if isinstance(indent, str) else indent if type(indent) is int and indent > 0 else 0
 
 
-def _check_filter(name: str, budget: Budget, value: Any, rest: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-    """The filter's own check; returns the value to filter (a materialized iterable) or None for as is."""
-    if name in _WALKERS and isinstance(value, _SIZED):
-        n = len(value)
-        budget.spend(n * max(n.bit_length() >> 2, 1) if name in _SORTERS else n)
-    if name in _STRING_FILTERS and isinstance(value, _CONTAINERS):
-        charge(budget, printed_size(value))
-    check = _FILTER_CHECKS.get(name)
-    return check(budget, value, rest, kwargs) if check is not None else None
-
-
 def guard_filter(name: str, func: Callable[..., Any], offset: int = 0) -> Callable[..., Any]:
     """``func`` (a filter, its value at ``args[offset]``) with its size checked before and its result charged
     after; the wrapper keeps the function's attributes (jinja2's ``pass_*`` markers)."""
-    checked = name in _WALKERS or name in _STRING_FILTERS or name in _FILTER_CHECKS
+    walks, strings, check = name in _WALKERS, name in _STRING_FILTERS, _FILTER_CHECKS.get(name)
+    if not (walks or strings or check):
+        return functools.update_wrapper(lambda *args, **kwargs: _charged(func(*args, **kwargs)), func)
+    sorts = name in _SORTERS
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        budget = current()
-        if checked and len(args) > offset:
-            value = _check_filter(name, budget, args[offset], args[offset + 1:], kwargs)
-            if value is not None and value is not args[offset]:
-                args = args[:offset] + (value,) + args[offset + 1:]
-        rv = func(*args, **kwargs)
-        if type(rv) is str:
-            budget.charge(len(rv), len(rv))
-        else:
-            items, nbytes = size_of(rv)
-            if nbytes:
-                budget.charge(items, nbytes)
-        return rv
+        if len(args) > offset:
+            budget, value = current(), args[offset]
+            if walks and isinstance(value, _SIZED):
+                n = len(value)
+                budget.spend(n * max(n.bit_length() >> 2, 1) if sorts else n)
+            if strings and isinstance(value, _CONTAINERS):
+                charge(budget, printed_size(value))
+            if check is not None:
+                new = check(budget, value, args[offset + 1:], kwargs)
+                if new is not None and new is not value:  # an iterable materialized to be measured
+                    args = args[:offset] + (new,) + args[offset + 1:]
+        return _charged(func(*args, **kwargs))
 
     return functools.update_wrapper(guarded, func)
+
+
+def _charged(rv: Any) -> Any:
+    """A filter's result, charged to the budget."""
+    kind = type(rv)
+    if kind is str:
+        current().charge(len(rv), len(rv))
+    elif kind is list or kind is tuple or kind is dict:
+        current().charge(len(rv), 8 * len(rv))
+    return rv

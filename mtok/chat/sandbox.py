@@ -50,7 +50,6 @@ _DICT_ATTRS = frozenset(dir(dict))
 _FRAME_TYPES = (types.CodeType, types.TracebackType, types.FrameType)
 _RUNNER_ATTRS = frozenset(["gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_code",
                            "ag_frame"])
-_PLAIN_CALLABLES = (types.BuiltinMethodType, types.BuiltinFunctionType, Macro)
 
 
 def _is_safe_attribute(obj: Any, attr: str) -> bool:
@@ -150,16 +149,22 @@ class Sandbox:
         return undefined_attr(obj, key)
 
     def call(self, obj: Any, *args: Any, **kwargs: Any) -> Any:
-        """A call in a template: one step of the budget; refuses what jinja2's sandbox refuses; a
-        ``str.format`` that reached here unwrapped is sandboxed now; what it builds is charged."""
+        """A call in a template.  A builtin method of a value: what it builds is charged (and a
+        ``str.format`` that reached here unwrapped is sandboxed now).  Anything else (a macro, a global):
+        a step of the budget, and refused where jinja2's sandbox refuses it."""
+        if type(obj) is types.BuiltinMethodType:
+            if type(obj.__self__) is not str or obj.__name__ not in ("format", "format_map"):
+                args, charged = guards.before_call(obj, args, kwargs)
+                return guards.after_call(obj(*args, **kwargs), charged)
+            obj = self.format_method(obj.__self__, obj.__name__ == "format_map")
         current().spend(1)
-        if type(obj) not in _PLAIN_CALLABLES and not self.is_safe_callable(obj):
-            raise TemplateError(f"{obj!r} is not safely callable", "security")
-        fmt = str_format_of(obj)
-        if fmt is not None:
-            obj = self.format_method(*fmt)
-        args, charged = guards.before_call(obj, args, kwargs)
-        return guards.after_call(obj(*args, **kwargs), charged)
+        if type(obj) is not Macro:
+            if not self.is_safe_callable(obj):
+                raise TemplateError(f"{obj!r} is not safely callable", "security")
+            fmt = str_format_of(obj)  # a str subclass's format
+            if fmt is not None:
+                obj = self.format_method(*fmt)
+        return obj(*args, **kwargs)
 
     def format_method(self, template: str, is_map: bool) -> Callable[..., str]:
         """``template.format``/``format_map`` whose fields are looked up by this sandbox."""
