@@ -18,6 +18,7 @@ import pytest
 
 from mtok.engines.upstream_limits import Limits
 from support import children_of, parse_sse, wait_for
+from test_http_framing import vm_kib
 from test_upstream_sglang import serving
 from upstream_standin import SGLangStandIn, VLLMStandIn
 
@@ -68,14 +69,6 @@ def scheduler_pid(front) -> int:
         except OSError:
             continue
     raise AssertionError("no mtok:scheduler among the server's processes")
-
-
-def vm_kib(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
 def peak_since(pid: int) -> int:

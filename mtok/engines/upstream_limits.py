@@ -137,7 +137,7 @@ def sse_events(resp: Any, budget: Budget) -> Iterator[Optional[Any]]:
     """Each ``data:`` line's JSON, within ``budget``; None for ``[DONE]``."""
     after_line = False
     for line in lines(resp, budget):
-        blank = not line.strip()
+        blank = len(line) <= 2 and not line.strip()
         budget.spend(line, blank and after_line)
         after_line = not blank
         line = line.strip()
@@ -157,27 +157,30 @@ def sse_events(resp: Any, budget: Budget) -> Iterator[Optional[Any]]:
 def lines(resp: Any, budget: Budget) -> Iterator[bytes]:
     """The body's lines, each at most ``budget.line_cap()`` bytes, read as the
     bytes come (``read1``), so that bytes without a whole line count as a drip."""
-    buf = bytearray()
-    scanned = 0
+    parts: List[bytes] = []  # the line so far, when it spans reads
+    size = 0
     while True:
-        end = buf.find(b"\n", scanned)
-        if end >= 0:
-            line = bytes(buf[:end + 1])
-            del buf[:end + 1]
-            scanned = 0
-            yield line
-            continue
-        scanned = len(buf)
-        if scanned > budget.line_cap():
-            raise Malformed(f"a line over {budget.line_cap()} bytes")
-        budget.dripped = budget.dripped or bool(buf)
+        budget.dripped = budget.dripped or size > 0
         piece = resp.read1(READ_BYTES)
         if not piece:
-            if buf:
-                yield bytes(buf)
+            if parts:
+                yield b"".join(parts)
             return
         budget.dripped = True
-        buf += piece
+        start, end = 0, piece.find(b"\n")
+        while end >= 0:
+            if parts:
+                parts.append(piece[start:end + 1])
+                yield b"".join(parts)
+                parts, size = [], 0
+            else:
+                yield piece[start:end + 1]
+            start, end = end + 1, piece.find(b"\n", end + 1)
+        if start < len(piece):
+            parts.append(piece[start:])
+            size += len(piece) - start
+            if size > budget.line_cap():
+                raise Malformed(f"a line over {budget.line_cap()} bytes")
 
 
 def read_capped(resp: Any, cap: int, deadline: float, sock: Any) -> bytes:
