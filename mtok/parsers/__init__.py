@@ -10,10 +10,8 @@ machinery, one module per family of formats.
 """
 
 from mtok.parsers.base import Call, NoTools, ToolParser, collect  # noqa: F401
-from mtok.parsers.json_calls import (
-    DeepSeekV3Parser, DeepSeekV31Parser, HermesParser, KimiK2Parser, Llama3Parser,
-    MistralParser, Qwen25Parser,
-)
+from mtok.parsers.bare_json import Llama3Parser, MistralParser
+from mtok.parsers.json_calls import DeepSeekV3Parser, DeepSeekV31Parser, HermesParser, KimiK2Parser, Qwen25Parser
 from mtok.parsers.pythonic import PythonicParser
 from mtok.parsers.xml_calls import Glm45Parser, Qwen3CoderParser
 from mtok.parsers.reasoning import REASONING_FORMATS, make_reasoning_parser  # noqa: F401

@@ -1,18 +1,22 @@
-"""Tool-call formats whose call bodies are JSON: hermes, qwen25, deepseekv3,
-deepseekv31 and kimi_k2 (block formats), llama3 and mistral (bare JSON).
+"""Block formats whose call bodies are JSON: hermes, qwen25, deepseekv3,
+deepseekv31 and kimi_k2 (llama3 and mistral, bare JSON, are in ``bare_json``).
 
 Each class states its markers and how SGLang (0.5.23, ``srt/function_call/``)
 reads a block; where SGLang's detectors differ from each other (stripping the
 content, dropping one bad call or giving up on all of them) the class follows
 its own detector, because a user's launch line should give the same answer.
+SGLang finds blocks with regular expressions that rescan from every tag; here
+each is read by forward searches from kept positions, with the same result
+(see ``blocks``), so that no output costs more than a pass over it.
 """
 
 import json
 import re
 
-from mtok.parsers.base import (
-    UNREADABLE, BlockToolParser, Call, Malformed, ToolParser, partial_suffix, tool_names, tool_schema,
-)
+from mtok.parsers.base import UNREADABLE, Call, Malformed, tool_names, tool_schema
+from mtok.parsers.blocks import BlockFinder, BlockToolParser
+
+SPACE = re.compile(r"\s*")
 
 
 class HermesParser(BlockToolParser):
@@ -23,51 +27,71 @@ class HermesParser(BlockToolParser):
     """
 
     name = "hermes"
-    start = "<tool_call>"
-    block_re = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.S)
+    start = open = "<tool_call>"
+    close = "</tool_call>"
 
-    def parse_block(self, match):
-        raw = match.group(1) if match.group(1) is not None else match.group(2)
-        if not raw:
+    def read_block(self, text, at, body, close_at):
+        if body == close_at:
             return []
-        return self.calls_from_json(json.loads(raw.strip()))
+        return self.calls_from_json(json.loads(self.slice(text, body, close_at).strip()))
+
+    def tail_calls(self, stream, text):
+        blocks = stream.blocks
+        return [] if blocks.body_at == -1 else stream.read(text, blocks.open_at, blocks.body_at, len(text))
 
 
-class Qwen25Parser(BlockToolParser):
+class Qwen25Parser(HermesParser):
     """``<tool_call>\\n{json}\\n</tool_call>``: a bad block is skipped, an open one ignored."""
 
     name = "qwen25"
-    start = "<tool_call>\n"
-    block_re = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
+    start = open = "<tool_call>\n"
+    close = "\n</tool_call>"
     all_or_nothing = False
 
-    def parse_block(self, match):
-        return self.calls_from_json(json.loads(match.group(1).strip()))
+    def read_block(self, text, at, body, close_at):
+        return self.calls_from_json(json.loads(self.slice(text, body, close_at).strip()))
+
+    def tail_calls(self, stream, text):
+        return []
 
 
 class DeepSeekV3Parser(BlockToolParser):
     """``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
-    ```json ... ```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>``."""
+    ```json ... ```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>``.
+
+    SGLang reads a block with ``begin(.*)sep(.*)\\n```json\\n(.*)\\n```end``: the
+    greedy groups settle on the last separator before the last fence, which is
+    what ``read_block`` looks up from the block's end.
+    """
 
     name = "deepseekv3"
     start = "<｜tool▁calls▁begin｜>"
-    block_re = re.compile(r"<｜tool▁call▁begin｜>.*?<｜tool▁call▁end｜>", re.S)
-    detail_re = re.compile(
-        r"<｜tool▁call▁begin｜>(.*)<｜tool▁sep｜>(.*)\n```json\n(.*)\n```<｜tool▁call▁end｜>", re.S)
+    open = "<｜tool▁call▁begin｜>"
+    close = "<｜tool▁call▁end｜>"
+    sep = "<｜tool▁sep｜>"
+    fence = "\n```json\n"
 
-    def parse_block(self, match):
-        detail = self.detail_re.search(match.group(0))
-        if detail is None:
+    def read_block(self, text, at, body, close_at):
+        tail = close_at - len("\n```")
+        fence = self.rfind(text, self.fence, body, tail) if text.startswith("\n```", tail) else -1
+        sep = self.rfind(text, self.sep, body, fence) if fence != -1 else -1
+        if sep == -1:
             raise Malformed("tool call block without name and JSON")
-        name, args = detail.group(detail.re.groups - 1), detail.group(detail.re.groups)
-        return self.calls_from_json({"name": name, "parameters": json.loads(args)})
+        name = self.slice(text, sep + len(self.sep), fence)
+        return self.calls_from_json({"name": name, "parameters": self.loads(text, fence + len(self.fence), tail)})
 
 
 class DeepSeekV31Parser(DeepSeekV3Parser):
     """V3.1 drops the ``function`` type and the code fence: ``NAME<｜tool▁sep｜>{json}``."""
 
     name = "deepseekv31"
-    detail_re = re.compile(r"<｜tool▁call▁begin｜>(.*)<｜tool▁sep｜>(.*)<｜tool▁call▁end｜>", re.S)
+
+    def read_block(self, text, at, body, close_at):
+        sep = self.rfind(text, self.sep, body, close_at)
+        if sep == -1:
+            raise Malformed("tool call block without name and JSON")
+        name = self.slice(text, body, sep)
+        return self.calls_from_json({"name": name, "parameters": self.loads(text, sep + len(self.sep), close_at)})
 
 
 class KimiK2Parser(BlockToolParser):
@@ -76,26 +100,34 @@ class KimiK2Parser(BlockToolParser):
 
     As SGLang: the content is not stripped, the arguments are passed on as the
     model wrote them (not re-serialized) and the name is not checked against
-    ``tools``; an id that is a bare counter takes the only tool's name.
+    ``tools``; an id that is a bare counter takes the only tool's name.  A block
+    is SGLang's ``begin\\s*ID\\s*argument_begin\\s*(\\{.*?\\})\\s*end``.
     """
 
     name = "kimi_k2"
     start = "<|tool_calls_section_begin|>"
-    block_re = re.compile(
-        r"<\|tool_call_begin\|>\s*(?P<id>[^\s<|]+)\s*<\|tool_call_argument_begin\|>"
-        r"\s*(?P<args>\{.*?\})\s*<\|tool_call_end\|>", re.S)
-    id_re = re.compile(r"^(?:functions\.)?([\w.\-]+):(\d+)$")
+    open = "<|tool_call_begin|>"
+    argument = "<|tool_call_argument_begin|>"
+    close = "<|tool_call_end|>"
+    id_re = re.compile(r"(?:functions\.)?([\w.\-]+):(\d+)\Z")
+    id_run = re.compile(r"\s*([^\s<|]*)")
     strip_content = False
     all_or_nothing = False
     index_by_call = True
 
-    def parse_block(self, match):
-        found = self.id_re.match(match.group("id"))
+    def finder(self):
+        return KimiFinder(self)
+
+    def read_block(self, text, at, body, close_at):
+        ident = self.id_run.match(text, at + len(self.open)).group(1)
+        self.read(len(ident) + close_at - body)
+        args = text[body:close_at]
+        found = self.id_re.match(ident)
         if found:
-            return [Call(found.group(1), match.group("args"))]
-        if match.group("id").isdigit():
-            name = self._infer_name(match.group("args"))
-            return [Call(name, match.group("args"))] if name else []
+            return [Call(found.group(1), args)]
+        if ident.isdigit():
+            name = self._infer_name(args)
+            return [Call(name, args)] if name else []
         return []
 
     def _infer_name(self, args):
@@ -116,149 +148,71 @@ class KimiK2Parser(BlockToolParser):
         return best
 
 
-def balanced_json(text, pos):
-    """End (exclusive) of the bracketed value opening at ``pos``, or -1 if unclosed.
-
-    Counts only the bracket kind that opens it, skipping strings, as SGLang's
-    Mistral detector does before it hands the slice to ``json.loads``.
-    """
-    opening = text[pos]
-    closing = "}" if opening == "{" else "]"
-    depth, in_string, escaped = 0, False, False
-    for k in range(pos, len(text)):
-        ch = text[k]
-        if escaped:
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        elif ch == '"':
-            in_string = not in_string
-        elif not in_string and ch == opening:
-            depth += 1
-        elif not in_string and ch == closing:
-            depth -= 1
-            if depth == 0:
-                return k + 1
-    return -1
+WAIT = None
 
 
-class MarkerToolParser(ToolParser):
-    """Formats read only as a whole: content streams until ``marker``, calls come at the end."""
+class KimiFinder(BlockFinder):
+    """kimi_k2's blocks: after ``begin``, an id and ``argument_begin`` must follow
+    before the body's ``{``; the body ends at the first ``}`` followed by spaces
+    and ``end``.  Each stage resumes where the text ran out, so an id or a run of
+    spaces fed a character at a time is still read once."""
 
-    marker = ""
+    def __init__(self, parser):
+        BlockFinder.__init__(self, parser)
+        self.stage = self.pos = self.ident_at = 0
+        self.brace = -1
+        self.close_looked = 0
 
-    def stable(self, text):
-        idx = text.find(self.marker)
-        if idx != -1:
-            return text[:idx].strip(), []
-        head = text[: len(text) - partial_suffix(text, self.marker)]
-        return ("" if head[:1].isspace() else head.rstrip()), []
+    def find_open(self, text):
+        while True:
+            if self.open_at == -1:
+                at = self.opens.find(self.parser, text)
+                if at == -1:
+                    return False
+                self.open_at, self.stage, self.pos = at, 0, at + len(self.parser.open)
+            state = self._prefix(text)
+            if state is WAIT:
+                return False
+            if state:
+                self.body_at, self.close_looked, self.brace = self.pos, self.pos + 1, -1
+                return True
+            self.opens.reset(self.open_at + 1)
+            self.open_at = -1
 
+    def _prefix(self, text):
+        """True once ``\\s*ID\\s*argument_begin\\s*{`` is read, False if it cannot be, else WAIT."""
+        p, argument = self.parser, self.parser.argument
+        while True:
+            if self.stage == 3:
+                if not text.startswith(argument, self.pos):
+                    return WAIT if argument.startswith(text[self.pos:self.pos + len(argument)]) else False
+                self.pos += len(argument)
+            else:
+                self.pos = p.run(IDENT if self.stage == 1 else SPACE, text, self.pos)
+                if self.pos >= len(text):
+                    return WAIT
+                if self.stage == 1 and self.pos == self.ident_at:
+                    return False
+                if self.stage == 4:
+                    return text[self.pos] == "{"
+            self.stage += 1
+            self.ident_at = self.pos
 
-class MistralParser(MarkerToolParser):
-    """``[TOOL_CALLS] [{"name", "arguments"}, ...]`` and the newer
-    ``[TOOL_CALLS]NAME[ARGS]{...}`` (repeated); text after the calls joins the content."""
-
-    name = "mistral"
-    marker = "[TOOL_CALLS"
-
-    def parse(self, text):
-        idx = text.find(self.marker)
-        if idx == -1:
-            return text, []
-        content, part = text[:idx].strip(), text[idx:]
-        if "[TOOL_CALLS] [" in part:
-            return self._parse_array(content, part)
-        calls, rest = [], part
-        while rest:
-            found = self._compact_call(rest)
-            if found is None:
-                break
-            calls.extend(self.calls_from_json({"name": found[0], "arguments": found[1]}))
-            rest = rest[found[2]:].strip()
-        if not calls:
-            return content, []
-        return ((content + " " + rest).strip() if rest else content), calls
-
-    def _parse_array(self, content, part):
-        start = part.find("[TOOL_CALLS] [") + len("[TOOL_CALLS] ")
-        end = balanced_json(part, start)
-        if end == -1:
-            return content, []
-        calls = []
-        try:
-            calls = self.calls_from_json(json.loads(part[start:end]))
-        except UNREADABLE:
-            pass
-        trailing = part[end:].strip()
-        return ((content + " " + trailing).strip() if trailing else content), calls
-
-    def _compact_call(self, text):
-        """(name, arguments, end) of ``[TOOL_CALLS]NAME[ARGS]{...}`` at the first marker."""
-        i = text.find(self.marker)
-        if i == -1:
-            return None
-        i = _skip_bracket_space(text, i + len(self.marker))
-        args_at = text.find("[ARGS", i)
-        name = text[i:args_at].strip() if args_at != -1 else ""
-        if not name:
-            return None
-        j = _skip_bracket_space(text, args_at + len("[ARGS"))
-        if j >= len(text) or text[j] not in "{[":
-            return None
-        end = balanced_json(text, j)
-        try:
-            return (name, json.loads(text[j:end]), end) if end != -1 else None
-        except UNREADABLE:
-            return None
+    def find_close(self, text):
+        p, close = self.parser, self.parser.close
+        while True:
+            if self.brace == -1:
+                self.brace = p.find(text, "}", self.close_looked)
+                if self.brace == -1:
+                    self.close_looked = len(text)
+                    return None
+                self.close_looked = self.brace + 1
+            self.close_looked = end = p.run(SPACE, text, self.close_looked)
+            if text.startswith(close, end):
+                return self.brace + 1, end + len(close)
+            if close.startswith(text[end:end + len(close)]):
+                return None  # spaces, or the start of ``end``, up to the end of the text
+            self.brace = -1
 
 
-def _skip_bracket_space(text, i):
-    if i < len(text) and text[i] == "]":
-        i += 1
-    while i < len(text) and text[i].isspace():
-        i += 1
-    return i
-
-
-class Llama3Parser(ToolParser):
-    """A JSON object at the very start, or after ``<|python_tag|>``; several separated by ``;``.
-
-    The content is the text before the tag (not stripped) plus whatever follows
-    the last readable object, as SGLang has it.  SGLang also retries a Python
-    dict literal (single quotes); mtok does not (see the README).
-    """
-
-    name = "llama3"
-    tag = "<|python_tag|>"
-    separator = ";"
-
-    def parse(self, text):
-        if self.tag not in text and not text.startswith("{"):
-            return text, []
-        normal, action = text.split(self.tag, 1) if self.tag in text else ("", text)
-        decoder, objs = json.JSONDecoder(), []
-        idx = safe = 0
-        while idx < len(action):
-            try:
-                obj, end = decoder.raw_decode(action[idx:])
-            except UNREADABLE:
-                idx = action.find('{"name":', idx + 1)
-                if idx == -1:
-                    break
-                continue
-            objs.append(obj)
-            idx = safe = idx + end + len(self.separator)
-        trailing = action[safe:].strip() if safe < len(action) else ""
-        try:
-            calls = self.calls_from_json(objs) if objs else []
-        except UNREADABLE:
-            calls = []
-        return normal + trailing, calls
-
-    def stable(self, text):
-        if not text or text.startswith("{"):
-            return "", []
-        if self.tag in text:
-            return text.split(self.tag, 1)[0], []
-        return text[: len(text) - partial_suffix(text, self.tag)], []
+IDENT = re.compile(r"[^\s<|]*")

@@ -9,19 +9,24 @@ before the list plus the text after it.  A list that does not parse as calls
 stays in the content; a call to an undeclared function, or with an argument that
 is not a literal JSON can hold, is dropped.  mtok finds the list by scanning
 rather than SGLang's regular expression; the fixtures check they agree.
+
+The calls come at the end (a later ``)]`` moves the list's end); the content
+before the first ``[name(`` streams, scanned once as it arrives.
 """
 
 import ast
 import re
 import warnings
 
-from mtok.parsers.base import UNREADABLE, Call, ToolParser, dump_args, partial_suffix
+from mtok.parsers.base import UNREADABLE, Call, ToolParser, ToolStream, dump_args
 
 STRAY = ("<|python_start|>", "<|python_end|>")
 OPEN_RE = re.compile(r"\[[A-Za-z]\w*\(")
 FIRST_ARG_RE = re.compile(r"\s*(\)|[A-Za-z]\w*=)")
 CLOSE_RE = re.compile(r"\)\s*\]")
-PARTIAL_OPEN_RE = re.compile(r"\[(?:[A-Za-z]\w*)?$")
+# an opening, or what may still become one at the end of the text
+OPEN_OR_PARTIAL_RE = re.compile(r"\[[A-Za-z]\w*\(|\[(?:[A-Za-z]\w*)?\Z")
+WORD_RE = re.compile(r"\w*")
 
 
 def _clean(text):
@@ -59,11 +64,13 @@ class PythonicParser(ToolParser):
         return None
 
     def parse(self, text):
+        self.read(4 * len(text))  # strip, clean, and the two scans for the list's ends
         raw, text = text, _clean(text.strip())
         span = self._span(text)
         if span is None:
             return raw, []  # no call list: the text as written
         content = text[: span[0]] + text[span[1]:]
+        self.read(span[1] - span[0])
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -74,6 +81,9 @@ class PythonicParser(ToolParser):
         if not (isinstance(node, ast.List) and all(isinstance(e, ast.Call) for e in node.elts)):
             return content, []
         return content, [c for c in (self._call(e) for e in node.elts) if c is not None]
+
+    def stream(self):
+        return PythonicStream(self)
 
     def _call(self, node):
         if not isinstance(node.func, ast.Name) or not self.known(node.func.id):
@@ -87,23 +97,6 @@ class PythonicParser(ToolParser):
         except UNREADABLE:
             return None
 
-    def stable(self, text):
-        """Without a call list the answer is the text as written, with one it is
-        stripped and cleaned: only text that reads the same both ways is settled."""
-        if text[:1].isspace():
-            return "", []
-        limit = len(text) - max(partial_suffix(text, t) for t in STRAY)
-        for token in STRAY:
-            found = text.find(token)
-            limit = min(limit, found) if found != -1 else limit
-        head = text[:limit]
-        opening = OPEN_RE.search(head)
-        if opening is not None:
-            return head[: opening.start()], []
-        partial = PARTIAL_OPEN_RE.search(head)
-        return (head[: partial.start()] if partial else head).rstrip(), []
-
-
 def _floats(value):
     if isinstance(value, float):
         yield value
@@ -113,3 +106,59 @@ def _floats(value):
     elif isinstance(value, list):
         for v in value:
             yield from _floats(v)
+
+
+class PythonicStream(ToolStream):
+    """Without a call list the answer is the text as written, with one it is
+    stripped and cleaned: only text that reads the same both ways streams, up to
+    the first stray token or ``[name(`` (then nothing more until the end)."""
+
+    def __init__(self, parser):
+        ToolStream.__init__(self, parser)
+        self.done = False
+        self.looked = 0  # stray tokens searched up to here
+        self.scan = 0  # openings searched up to here
+        self.word_at = -1  # a ``[name`` that reaches self.scan: maybe an opening
+        self.settled = 0  # content considered up to here
+        self.last = 0  # end of its last non-space character
+
+    def step(self, text):
+        if self.done or text[:1].isspace():
+            self.done = True
+            return []
+        stray, self.looked = self.parser.seek(text, STRAY, self.looked)
+        limit = stray if stray != -1 else self.looked
+        opening = self._opening(text, limit)
+        if opening != -1:
+            self.done = True
+            return self.content_to(opening)
+        self.done = stray != -1
+        end = self.word_at if self.word_at != -1 else limit
+        kept = text[self.settled:end].rstrip()
+        self.last = self.settled + len(kept) if kept else self.last
+        self.settled = max(self.settled, end)
+        return self.content_to(self.last)
+
+    def _opening(self, text, limit):
+        """Where the first ``[name(`` before ``limit`` begins, or -1; resumes a pending ``[name``."""
+        if self.word_at != -1 and self.scan - self.word_at < 2:
+            self.scan, self.word_at = self.word_at, -1  # a lone "[": search it again
+        if self.word_at != -1:
+            end = self.parser.run(WORD_RE, text, self.scan, limit)
+            if end < limit and text[end] == "(":
+                return self.word_at
+            self.scan = end
+            if end == limit:
+                return -1
+            self.word_at = -1
+        found = self.parser.search(OPEN_OR_PARTIAL_RE, text, self.scan, limit)
+        if found is None:
+            self.scan = limit
+            return -1
+        if found.group().endswith("("):
+            return found.start()
+        self.word_at, self.scan = found.start(), found.end()
+        return -1
+
+    def final(self, text):
+        return self.complete(*self.parser.parse(text))

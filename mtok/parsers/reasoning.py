@@ -14,17 +14,18 @@ Names and behaviour follow SGLang's ``srt/parser/reasoning_parser.py``:
 * ``kimi_k2`` -- ``<think>...</think>``, reasoning unless ``thinking: false``;
   ``<|tool_calls_section_begin|>`` ends it.
 
-Streaming works as for tool calls: ``stable(text)`` is what no continuation
-changes, ``parse(text)`` the final split, and ``ReasoningStream`` emits the
-difference, so streamed pieces always concatenate to the one-shot result.
+Streaming works as for tool calls: ``ReasoningStream`` keeps its place in the
+text (where the next end marker may begin) and sends what no continuation
+changes, so streamed pieces always concatenate to the one-shot result, and each
+character is searched once however the text is chunked (``Meter``).
 With ``stream_reasoning=False`` the reasoning is sent in one piece when the
 block closes (or the output ends).
 """
 
-from mtok.parsers.base import partial_suffix
+from mtok.parsers.base import Cursor, Meter
 
 
-class ReasoningParser(object):
+class ReasoningParser(Meter):
     """One SGLang reasoning format, configured for one request.
 
     mtok differs from SGLang in one place: without ``force`` only a start marker
@@ -41,52 +42,40 @@ class ReasoningParser(object):
         self.force = force
         self.tool_start = tool_start
 
-    def _body(self, text):
-        """(in reasoning, text without the leading start markers)."""
-        in_reasoning = self.force or text.startswith(self.start)
-        while in_reasoning and text.startswith(self.start):
-            text = text[len(self.start):]
-        return in_reasoning, text
+    def body_at(self, text, at=0):
+        """Where the reasoning begins after the leading start markers from ``at``."""
+        begin = at
+        while text.startswith(self.start, at):
+            at += len(self.start)
+        self.read(at - begin + 1)
+        return at
 
     def parse(self, text):
         """(reasoning, content) of a finished output."""
-        in_reasoning, body = self._body(text)
-        if not in_reasoning:
+        if not (self.force or text.startswith(self.start)):
             return "", text
-        if self.end in body:
-            reasoning, content = body.split(self.end, 1)
-            return reasoning, content
-        tool = body.find(self.tool_start) if self.tool_start else -1
+        body = self.body_at(text)
+        end = self.find(text, self.end, body)
+        if end != -1:
+            return text[body:end], text[end + len(self.end):]
+        tool = self.find(text, self.tool_start, body) if self.tool_start else -1
         if tool != -1:
-            return body[:tool], body[tool:]
-        return body, ""
-
-    def stable(self, text):
-        """(reasoning prefix, content prefix) that no continuation changes."""
-        if self.start.startswith(text):
-            return "", ""  # empty, or maybe the start marker
-        in_reasoning, body = self._body(text)
-        if not in_reasoning:
-            return "", text
-        if self.start.startswith(body):
-            return "", ""  # maybe one more start marker
-        if self.end in body:
-            return self.parse(text)
-        tool = body.find(self.tool_start) if self.tool_start else -1
-        if tool != -1:
-            return body[:tool], ""  # a later end marker would still win
-        hold = max(partial_suffix(body, self.end),
-                   partial_suffix(body, self.tool_start) if self.tool_start else 0)
-        return body[: len(body) - hold], ""
+            return text[body:tool], text[tool:]
+        return text[body:], ""
 
     def stream(self, stream_reasoning=True):
         return ReasoningStream(self, stream_reasoning)
 
 
+LEAD, REASONING, CONTENT = "lead", "reasoning", "content"
+
+
 class ReasoningStream(object):
     """Streaming state of one request: ``feed`` chunks, then ``finish`` once.
 
-    Each call returns ``(reasoning_delta, content_delta)``.  With
+    Each call returns ``(reasoning_delta, content_delta)``.  The output opens in
+    ``LEAD`` (is it reasoning? more start markers?), reads ``REASONING`` until
+    the end marker, then passes ``CONTENT`` through.  With
     ``stream_reasoning=False`` the reasoning comes in one piece once its block
     has closed (or the output ended), as SGLang sends it.
     """
@@ -95,25 +84,78 @@ class ReasoningStream(object):
         self.parser = parser
         self.stream_reasoning = stream_reasoning
         self.text = ""
-        self.reasoning = ""
-        self.content = ""
+        self.phase = LEAD
+        self.body = self.sent = 0  # reasoning is text[body:], sent up to ``sent``
+        self.ends, self.tools = Cursor(parser.end), Cursor(parser.tool_start or "")
+        self.end_at = self.tool_at = -1
+        self.content_at = self.content_sent = 0
 
     def feed(self, delta):
-        self.text += delta
-        reasoning, content = self.parser.stable(self.text)
-        if not self.stream_reasoning and self.parser.end not in self.text:
-            reasoning = self.reasoning
-        return self._advance(reasoning, content)
+        text, self.text = self.text, ""
+        text += delta  # in place: this local holds the only reference
+        self.text = text
+        if self.phase == LEAD:
+            self._lead(text)
+        if self.phase == REASONING:
+            self._reason(text)
+        reasoning = self._reasoning_to(self.limit(text)) if self.stream_reasoning or self.phase == CONTENT else ""
+        return reasoning, self._content(text)
+
+    def _lead(self, text):
+        p = self.parser
+        if p.start.startswith(text):
+            return  # empty, or maybe the start marker
+        if not (p.force or text.startswith(p.start)):
+            self.phase = CONTENT
+            return
+        self.body = p.body_at(text, self.body)
+        if not p.start.startswith(text[self.body:self.body + len(p.start)]):
+            self.phase, self.sent = REASONING, self.body
+            self.ends.reset(self.body)
+            self.tools.reset(self.body)
+
+    def _reason(self, text):
+        p = self.parser
+        self.end_at = self.ends.find(p, text)
+        if self.end_at != -1:
+            self.phase, self.content_at = CONTENT, self.end_at + len(p.end)
+            self.content_sent = self.content_at
+        elif p.tool_start and self.tool_at == -1:
+            self.tool_at = self.tools.find(p, text)
+
+    def limit(self, text):
+        """The end of the reasoning that no continuation changes."""
+        if self.phase == CONTENT:
+            return self.end_at
+        if self.phase == LEAD:
+            return self.sent
+        if self.tool_at != -1:
+            return self.tool_at  # a later end marker would still win
+        return min(self.ends.at, self.tools.at if self.parser.tool_start else len(self.text))
+
+    def _reasoning_to(self, end):
+        piece = self.text[self.sent:end] if end > self.sent else ""
+        self.sent = max(self.sent, end)
+        return piece
+
+    def _content(self, text):
+        if self.phase != CONTENT or self.content_sent >= len(text):
+            return ""
+        piece, self.content_sent = text[self.content_sent:], len(text)
+        return piece
 
     def finish(self):
-        return self._advance(*self.parser.parse(self.text))
-
-    def _advance(self, reasoning, content):
-        if not (reasoning.startswith(self.reasoning) and content.startswith(self.content)):
-            return "", ""  # cannot happen: stable() is a prefix of parse()
-        r, c = reasoning[len(self.reasoning):], content[len(self.content):]
-        self.reasoning, self.content = reasoning, content
-        return r, c
+        text = self.text
+        if self.phase == LEAD:
+            self.phase = CONTENT
+            reasoning, content = self.parser.parse(text)
+            self.content_sent = len(text)
+            return reasoning, content
+        if self.phase == REASONING:
+            cut = self.tool_at if self.tool_at != -1 else len(text)
+            self.phase, self.end_at, self.content_at = CONTENT, cut, cut
+            self.content_sent = cut
+        return self._reasoning_to(self.end_at), self._content(text)
 
 
 def thinking_enabled(kwargs, key):

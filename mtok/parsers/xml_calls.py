@@ -22,12 +22,18 @@ Following SGLang (0.5.23): glm45 strips the content and drops calls to
 undeclared functions; qwen3_coder keeps the content as written, keeps calls to
 any function name, and with no closed ``<tool_call>`` block at all still reads
 ``<function=...>`` found anywhere (a call cut off at ``length`` survives).
+
+SGLang's expressions for glm45's name and ``<arg_key>``/``<arg_value>`` pairs
+retry from every tag when one is left open (quadratic in the block); the
+readers here find the same pairs with forward searches.  qwen3_coder's own
+expressions never rescan, so they are used as they are, once per block.
 """
 
 import json
 import re
 
-from mtok.parsers.base import UNREADABLE, BlockToolParser, Call, dump_args, tool_schema
+from mtok.parsers.base import UNREADABLE, Call, dump_args, tool_schema
+from mtok.parsers.blocks import BlockToolParser
 from mtok.parsers.schema import literal_eval, schema_properties, schema_type
 
 
@@ -58,22 +64,22 @@ def glm_value(raw, kind):
 
 class Glm45Parser(BlockToolParser):
     name = "glm45"
-    start = "<tool_call>"
-    block_re = re.compile(r"<tool_call>.*?</tool_call>", re.S)
-    detail_re = re.compile(r"<tool_call>(.*?)(?:\\n|\n)(.*)</tool_call>", re.S)
-    arg_re = re.compile(r"<arg_key>(.*?)</arg_key>(?:\\n|\s)*<arg_value>(.*?)</arg_value>", re.S)
+    start = open = "<tool_call>"
+    close = "</tool_call>"
+    name_end = re.compile(r"\\n|\n")  # SGLang: <tool_call>(.*?)(?:\\n|\n)(.*)</tool_call>
+    pair_gap = re.compile(r"(?:\\n|\s)*")
     # SGLang gives up on the whole output when a value cannot be written as
     # JSON; dump_args writes it as text instead, so one block never undoes others.
     all_or_nothing = False
 
-    def parse_block(self, match):
-        detail = self.detail_re.search(match.group(0))
-        if detail is None:
+    def read_block(self, text, at, body, close_at):
+        end = self.search(self.name_end, text, body, close_at)
+        if end is None:
             return []
-        name = detail.group(1) or ""
+        name = text[body:end.start()]
         props = schema_properties(tool_schema(self.tools, name)) if name in self.names else {}
         args = {}
-        for key, raw in self.arg_re.findall(detail.group(2) or ""):
+        for key, raw in self.pairs(text, end.end(), close_at):
             key = key.strip()
             kind = schema_type(props.get(key)) if key in props else None
             value, _ = glm_value(raw, kind)
@@ -81,6 +87,35 @@ class Glm45Parser(BlockToolParser):
                 value = dump_args(value) if isinstance(value, (dict, list)) else str(value)
             args[key] = value
         return self.calls_from_json({"name": name, "parameters": args})
+
+    def pairs(self, text, pos, end):
+        """SGLang's ``<arg_key>(.*?)</arg_key>(?:\\n|\\s)*<arg_value>(.*?)</arg_value>``
+        matches in ``text[pos:end]``: a key runs to the first ``</arg_key>`` that
+        ``<arg_value>`` follows; when a value has no close, no later pair has one."""
+        found = []
+        while True:
+            key = self.find(text, "<arg_key>", pos, end)
+            if key == -1:
+                return found
+            key += len("<arg_key>")
+            key_end, value = self._key_end(text, key, end)
+            close = self.find(text, "</arg_value>", value, end) if key_end != -1 else -1
+            if close == -1:
+                return found
+            found.append((text[key:key_end], text[value:close]))
+            pos = close + len("</arg_value>")
+
+    def _key_end(self, text, key, end):
+        """(where the key ends, where its value begins), or (-1, -1)."""
+        at = key
+        while True:
+            at = self.find(text, "</arg_key>", at, end)
+            if at == -1:
+                return -1, -1
+            gap = self.run(self.pair_gap, text, at + len("</arg_key>"), end)
+            if text.startswith("<arg_value>", gap, end):
+                return at, gap + len("<arg_value>")
+            at += 1
 
 
 def coder_value(raw, name, config):
@@ -119,29 +154,25 @@ def coder_value(raw, name, config):
 
 class Qwen3CoderParser(BlockToolParser):
     name = "qwen3_coder"
-    start = "<tool_call>"
-    block_re = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+    start = open = "<tool_call>"
+    close = "</tool_call>"
     function_re = re.compile(r"<function=(.*?)</function>|<function=(.*)$", re.S)
     param_re = re.compile(r"<parameter=(.*?)(?:</parameter>|(?=<parameter=)|(?=</function>)|$)", re.S)
     strip_content = False
+    all_or_nothing = False
     index_by_call = True
 
-    def blocks(self, text):
-        found = [m.group(1) for m in self.block_re.finditer(text)]
-        return found or ([text] if "<function=" in text else [])
+    def read_block(self, text, at, body, close_at):
+        return self._calls(self.slice(text, body, close_at))
 
-    def parse(self, text):
-        if self.start not in text:
-            return text, []
-        return text[: text.find(self.start)], [c for body in self.blocks(text) for c in self._calls(body)]
-
-    def stable(self, text):
-        if self.start not in text:
-            return super().stable(text)
-        closed = [m.group(1) for m in self.block_re.finditer(text)]
-        return text[: text.find(self.start)], [c for body in closed for c in self._calls(body)]
+    def tail_calls(self, stream, text):
+        """No block closed: SGLang reads ``<function=`` wherever it is in the output."""
+        if stream.closed or self.find(text, "<function=", 0) == -1:
+            return []
+        return self._calls(self.slice(text, 0, len(text)))
 
     def _calls(self, body):
+        self.read(2 * len(body))  # function_re, then param_re within each function: one pass each
         calls = []
         for closed, open_ in self.function_re.findall(body):
             func = closed or open_
