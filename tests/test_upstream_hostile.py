@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from mtok.engines.upstream_limits import Limits
+from mtok.engines.upstream_limits import Budget, Limits, Malformed, lines, sse_events
 from support import children_of, parse_sse, wait_for
 from test_http_framing import vm_kib
 from test_upstream_sglang import serving
@@ -211,3 +211,38 @@ def test_upstream_options_are_checked():
                          ("max_connections=0", "positive")]:
         with pytest.raises(ValueError, match=words):
             Limits.from_query(query)
+
+
+class Pieces:
+    """A response whose ``read1`` hands out the given pieces, one per call."""
+
+    def __init__(self, *pieces: bytes):
+        self.pieces = list(pieces)
+
+    def read1(self, n: int) -> bytes:
+        return self.pieces.pop(0) if self.pieces else b""
+
+
+@pytest.mark.unit
+def test_the_reader_splits_lines_across_reads_and_counts_a_drip():
+    budget = Budget(Limits(event_margin=2), max_new_tokens=2)
+    resp = Pieces(b'data: {"a": 1}\n\nda', b"ta: ", b'{"b": 2}\n\n: a comment\n\ndata: [DONE]\n\n')
+    events = sse_events(resp, budget)
+    assert next(events) == {"a": 1} and not budget.dripped
+    assert next(events) == {"b": 2}
+    assert next(events) is None
+    assert budget.events == 0  # three events and a comment line: max_new_tokens + event_margin, no more
+    drip = Budget(Limits(), 8)
+    next(sse_events(Pieces(b'data: {"a": 1}\n\n', b"d", b"a"), drip), None)
+    assert not drip.dripped
+    list(lines(Pieces(b"d", b"a"), drip))
+    assert drip.dripped and drip.overdue(float("inf"), "u")[0] == 502
+
+
+@pytest.mark.unit
+def test_the_reader_refuses_a_line_over_the_cap_before_holding_it():
+    budget = Budget(Limits(max_line_bytes=1000), 8)
+    with pytest.raises(Malformed, match="a line over 1000 bytes"):
+        list(lines(Pieces(*[b"x" * 300] * 10), budget))
+    with pytest.raises(Malformed, match="more events"):
+        list(sse_events(Pieces(b"\n" * 100), Budget(Limits(event_margin=1), 8)))
