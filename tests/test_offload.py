@@ -86,8 +86,16 @@ def get(port: int, path: str, timeout: float = 20):
 
 
 def in_thread(fn: Callable[[], Any]) -> "queue.SimpleQueue[Any]":
+    """Where what ``fn()`` returns, or the exception it raised, will be put."""
     out: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-    threading.Thread(target=lambda: out.put(fn()), daemon=True).start()
+
+    def run() -> None:
+        try:
+            out.put(fn())
+        except Exception as e:  # noqa: BLE001 (the test sees it)
+            out.put(e)
+
+    threading.Thread(target=run, daemon=True).start()
     return out
 
 
@@ -208,3 +216,16 @@ def test_a_slow_render_leaves_the_worker_answering(slow_srv, path, body):
     before = order[:order.index("slow")]
     assert "generate" in before and before.count("health") >= 3, order
 
+
+
+@pytest.mark.timeout(120)
+def test_slow_renders_cost_no_worker_its_heartbeat(server_factory, tmp_path):
+    """Two workers that must beat every 0.8 s, each rendering slow templates for
+    longer than that: the loops beat on while the pool renders, nobody is killed."""
+    path = tmp_path / "slow.jinja"
+    path.write_text(SLOW_TEMPLATE)
+    srv = server_factory("--tokenizer-worker-num", "2", "--worker-timeout", "0.8", "--chat-template", str(path))
+    body = {"messages": [{"role": "user", "content": "slow"}], "max_tokens": 2}
+    answers = [in_thread(lambda: srv.post("/v1/chat/completions", body)[0]) for _ in range(4)]
+    assert [a.get(timeout=100) for a in answers] == [200] * 4
+    assert "missed its heartbeat" not in srv.stderr()
