@@ -290,10 +290,13 @@ def test_the_peer_answers_like_mtok():
 
 
 def test_parsers(tmp_path):
-    doc = bench(tmp_path, "parsers", "--chunks", "64", "--repeat", "1", "--tool-parsers", "hermes,kimi_k2")
+    doc = bench(tmp_path, "parsers", "--sizes", "1000,4000", "--repeat", "1", "--tool-parsers", "hermes,kimi_k2",
+                "--reasoning-parsers", "qwen3")
     rows = doc["results"]
-    assert [r["tool_parser"] for r in rows] == ["hermes", "kimi_k2"]
-    assert all(r["same_result"] and r["chunks"] > 64 and r["us_per_chunk"] > 0 for r in rows)
+    assert [(r["parser"], r["chars"]) for r in rows] == [(p, n) for p in ("hermes", "kimi_k2", "qwen3")
+                                                         for n in (1000, 4000)]
+    assert all(r["same_result"] and r["tokens"] == 250 * r["chars"] // 1000 and r["stream_us_per_token"] > 0
+               and r["scan_ratio"] <= 2 for r in rows)
 
 
 @pytest.mark.fast
