@@ -145,48 +145,39 @@ print(json.dumps(out))
 """
 
 
-def probe(cases):
-    """Renders ``(backend, payload)`` pairs in a child process holding the secrets."""
+def render_all(payloads):
+    """``(backend, payload, kind, text)`` for every payload on every backend, rendered in a child process
+    holding the secrets; none of them appears in any output, error or the child's stderr."""
+    cases = [(b, p) for p in payloads for b in available_backends()]
     env = dict(os.environ, MTOK_API_KEY=KEY, PYTHONPATH=ROOT)
     code = PROBE.replace("AUTHKEY", repr(AUTHKEY))
     proc = subprocess.run([sys.executable, "-c", code, ARGV_MARKER], input=json.dumps(cases), env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    for secret in SECRETS:
-        assert secret not in proc.stderr
-    return json.loads(proc.stdout)
-
-
-def assert_nothing_leaks(cases, results):
-    for (backend, payload), (kind, text) in zip(cases, results):
+    rows = [(backend, payload, kind, text) for (backend, payload), (kind, text) in zip(cases, json.loads(proc.stdout))]
+    for row in rows:
         for secret in SECRETS:
-            assert secret not in text, (backend, payload, kind, text)
+            assert secret not in row[3], row
+            assert secret not in proc.stderr
+    return rows
 
 
 @pytest.mark.unit
 def test_the_findings_walk_raises_a_security_error_on_every_backend():
-    cases = [(b, FINDING) for b in available_backends()]
-    results = probe(cases)
-    assert_nothing_leaks(cases, results)
-    assert [kind for kind, _ in results] == ["security"] * len(cases), results
+    rows = render_all([FINDING])
+    assert [kind for _, _, kind, _ in rows] == ["security"] * len(available_backends()), rows
 
 
 @pytest.mark.unit
 def test_every_escape_of_the_corpus_raises_and_leaks_nothing():
-    cases = [(b, p) for p in MUST_RAISE for b in available_backends()]
-    results = probe(cases)
-    assert_nothing_leaks(cases, results)
-    for (backend, payload), (kind, text) in zip(cases, results):
+    for backend, payload, kind, text in render_all(MUST_RAISE):
         missing_global = any(payload.startswith("{{ " + g) for g in ("lipsum", "url_for", "request", "config"))
         assert kind == "security" or (missing_global and kind == "undefined"), (backend, payload, kind, text)
 
 
 @pytest.mark.unit
 def test_what_jinja2_renders_as_an_unsafe_undefined_prints_nothing_secret():
-    cases = [(b, p) for p in MAY_RENDER for b in available_backends()]
-    results = probe(cases)
-    assert_nothing_leaks(cases, results)
-    for (backend, payload), (kind, text) in zip(cases, results):
+    for backend, payload, kind, text in render_all(MAY_RENDER):
         assert kind in ("ok", "security", "undefined", "type"), (backend, payload, kind, text)
 
 
