@@ -203,6 +203,22 @@ def test_a_hostile_health_body_is_bounded(kind, standin):
         other.stop()
 
 
+@pytest.mark.fast
+def test_a_probe_stuck_in_a_dripping_head_makes_health_fail():
+    """The probe's socket timeout is per read, so a head sent a byte at a time
+    could hold it for days; /health says so within a few seconds instead."""
+    other = SGLangStandIn()
+    try:
+        with serving("--engine", f"sglang:{other.url}") as s:
+            wait_for(lambda: s.get("/health")[0] == 200, 15, what="healthy")
+            other.behaviour["drip_health"] = True
+            status, body = wait_for(lambda: (lambda r: r if r[0] == 503 else None)(s.get("/health")), 20,
+                                    what="/health to say the probe is stuck")
+            assert "no whole answer" in body["message"], body
+    finally:
+        other.stop()
+
+
 @pytest.mark.unit
 def test_upstream_options_are_checked():
     """A misspelt option (``idle_timout``) must not silently leave the default in place."""

@@ -73,6 +73,15 @@ class StandIn:
                 pass
 
             def do_GET(self) -> None:
+                if outer.behaviour.get("drip_health"):  # a status line, then the head a byte at a time
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                    for _ in range(int(HOSTILE_SECONDS / 0.2)):
+                        if outer.closing.wait(0.2):
+                            break
+                        self.wfile.write(b"X")
+                        self.wfile.flush()
+                    self.close_connection = True
+                    return
                 if outer.behaviour.get("endless_health"):
                     outer.head(self, 200, "application/json", {"Content-Length": str(HOSTILE_BYTES)})
                     try:

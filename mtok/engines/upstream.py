@@ -55,7 +55,7 @@ import urllib.parse
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import Engine, EngineContext, EngineOutput
-from .upstream_limits import SHAPE_ERRORS, Budget, Limits, Malformed, checked, read_capped, sse_events
+from .upstream_limits import SHAPE_ERRORS, Budget, Limits, Malformed, checked, error_message, read_capped, sse_events
 from ..wire.finish import FinishAbort, FinishReason
 
 logger = logging.getLogger(__name__)
@@ -89,20 +89,6 @@ def status_for(upstream_status: int) -> int:
     if upstream_status in (401, 403, 404, 405):  # the upstream is set up wrong, not the client's fault
         return 502
     return 400 if 400 <= upstream_status < 500 else 502
-
-
-def error_message(raw: bytes) -> str:
-    """The upstream's own words from an error body (SGLang/OpenAI/FastAPI shapes)."""
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return raw.decode("utf-8", "replace").strip()[:500] or "(empty body)"
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict):
-            return str(err.get("message") or err.get("detail") or body.get("detail") or body)[:500]
-        return str(err)[:500]
-    return str(body)[:500]
 
 
 class Pool:
@@ -182,6 +168,7 @@ class UpstreamEngine(Engine):
         self.flights: Dict[str, Flight] = {}
         self.todo: "queue.SimpleQueue[Flight]" = queue.SimpleQueue()
         self.problem: Optional[str] = None
+        self.probed = time.monotonic()  # when the last probe ended
         for i in range(size):
             threading.Thread(target=self._sender, name=f"upstream-{i}", daemon=True).start()
         threading.Thread(target=self._probe, name="upstream-probe", daemon=True).start()
@@ -230,6 +217,11 @@ class UpstreamEngine(Engine):
                 pass
 
     def health(self) -> Optional[str]:
+        """The last probe's finding, or that the probe under way is stuck (a
+        drip in the head of its answer, which only a per-read timeout bounds)."""
+        quiet = time.monotonic() - self.probed
+        if quiet > PROBE_TIMEOUT + 2 * PROBE_INTERVAL:
+            return f"{self.url}{self.health_path} has given no whole answer for {quiet:.0f} s"
         return self.problem
 
     # -- for subclasses --------------------------------------------------------------
@@ -385,6 +377,7 @@ class UpstreamEngine(Engine):
     def _probe(self) -> None:
         while True:
             self.problem = self.check_upstream()
+            self.probed = time.monotonic()
             time.sleep(PROBE_INTERVAL)
 
     def check_upstream(self) -> Optional[str]:

@@ -202,6 +202,20 @@ def read_capped(resp: Any, cap: int, deadline: float, sock: Any) -> bytes:
     raise Malformed(f"a body over {cap} bytes")
 
 
+def error_message(raw: bytes) -> str:
+    """The upstream's own words from an error body (SGLang/OpenAI/FastAPI shapes), cut to 500 characters."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return raw.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("detail") or body.get("detail") or body)[:500]
+        return str(err)[:500]
+    return str(body)[:500]
+
+
 def checked(parsed: tuple, room: int, vocab_size: Optional[int]) -> tuple:
     """An adapter's ``(ids, rows, prompt rows, finish)`` for one event, with ids
     of the vocabulary, logprob rows of numbers and at most ``room`` prompt rows;
