@@ -193,21 +193,29 @@ def _format_method(formatter: Any, template: str, is_map: bool) -> Callable[...,
     return format_
 
 
-def make_environment() -> Any:
-    """A jinja2 environment configured as transformers configures its own."""
+def make_environment(budgeted: bool = True) -> Any:
+    """A jinja2 environment configured as transformers configures its own; ``budgeted`` (what this
+    backend renders in) adds the budget's hooks, without them it is transformers' own (a benchmark's
+    reference)."""
     import jinja2
     import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     classes = _make_classes(jinja2)
 
     def raise_exception(message: Any) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
-    env = classes["Environment"](trim_blocks=True, lstrip_blocks=True, finalize=guards.measured,
-                                 extensions=[classes["GenerationTag"], jinja2.ext.loopcontrols])
+    extensions = [classes["GenerationTag"], jinja2.ext.loopcontrols]
+    if budgeted:
+        env = classes["Environment"](trim_blocks=True, lstrip_blocks=True, finalize=guards.measured,
+                                     extensions=extensions)
+    else:
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=extensions)
     env.filters["tojson"] = _tojson
-    env.filters = {name: guards.guard_filter(name, func, 1 if hasattr(func, "jinja_pass_arg") else 0)
-                   for name, func in env.filters.items()}
+    if budgeted:
+        env.filters = {name: guards.guard_filter(name, func, 1 if hasattr(func, "jinja_pass_arg") else 0)
+                       for name, func in env.filters.items()}
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = classes["TemplateDict"]()
