@@ -138,6 +138,8 @@ def assert_upstream_failed(front, standin, hostile, words, within=SOON, status=5
     ("json_body", "not an event stream"),
     ("no_body", "without a finish reason"),
     ("huge_error", "body over"),
+    ("huge_header", "broke"),  # http.client's own bounds: 64 KiB a header line, 100 headers, 64 KiB a chunk-size line
+    ("huge_chunk_size", "broke"),
 ])
 def test_garbage_fails_one_request_fast(front, standin, hostile, words):
     assert_upstream_failed(front, standin, hostile, words)

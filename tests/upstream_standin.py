@@ -294,6 +294,14 @@ class StandIn:
     def hostile_no_body(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
         self.head(h, 200, "text/event-stream", {"Content-Length": "0"})
 
+    def hostile_huge_header(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h, 200, "text/event-stream", {"X-Junk": "j" * (1 << 20), "Transfer-Encoding": "chunked"})
+
+    def hostile_huge_chunk_size(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int]) -> None:
+        self.head(h)
+        for _ in range(HOSTILE_BYTES // 65536):
+            h.wfile.write(b"0" * 65536)  # a chunk-size line that never ends
+
     def empty_event(self) -> Dict[str, Any]:
         """An event with no new token and no finish."""
         raise NotImplementedError
