@@ -7,7 +7,10 @@ are Undefined, ``map``/``select``/``reject``/``unique``/``batch`` return iterato
 (as jinja2's do), ``default`` replaces only an Undefined unless asked to treat falsy
 values so.  ``tojson`` is transformers' (``json.dumps``, ``ensure_ascii=False``, with
 ``indent``/``separators``/``sort_keys``), not jinja2's HTML-safe one.  ``safe`` and
-``escape`` return plain strings (mtok has no ``Markup``; nothing autoescapes).
+``escape`` return plain strings (mtok has no ``Markup``; nothing autoescapes).  Each
+filter of :data:`FILTERS` is wrapped by :func:`~mtok.chat.guards.guard_filter`: what it
+would build is checked against the render's budget first where its arguments say, and
+what it built is charged after.
 """
 
 from __future__ import annotations
