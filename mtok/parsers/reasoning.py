@@ -86,7 +86,8 @@ class ReasoningStream(object):
         self.text = ""
         self.phase = LEAD
         self.body = self.sent = 0  # reasoning is text[body:], sent up to ``sent``
-        self.ends, self.tools = Cursor(parser.end), Cursor(parser.tool_start or "")
+        self.ends = Cursor(parser.end)
+        self.either = 0  # before the tool marker is met, both are searched at once from here
         self.end_at = self.tool_at = -1
         self.content_at = self.content_sent = 0
 
@@ -112,16 +113,25 @@ class ReasoningStream(object):
         if not p.start.startswith(text[self.body:self.body + len(p.start)]):
             self.phase, self.sent = REASONING, self.body
             self.ends.reset(self.body)
-            self.tools.reset(self.body)
+            self.either = self.body
 
     def _reason(self, text):
         p = self.parser
-        self.end_at = self.ends.find(p, text)
-        if self.end_at != -1:
-            self.phase, self.content_at = CONTENT, self.end_at + len(p.end)
-            self.content_sent = self.content_at
-        elif p.tool_start and self.tool_at == -1:
-            self.tool_at = self.tools.find(p, text)
+        if p.tool_start and self.tool_at == -1:
+            found, self.either = p.seek(text, (p.end, p.tool_start), self.either)
+            if found == -1:
+                return
+            if text.startswith(p.end, found):
+                return self._close(found)
+            self.tool_at = found  # a later end marker would still win
+            self.ends.reset(found + len(p.tool_start))
+        end = self.ends.find(p, text)
+        if end != -1:
+            self._close(end)
+
+    def _close(self, end):
+        self.phase, self.end_at = CONTENT, end
+        self.content_at = self.content_sent = end + len(self.parser.end)
 
     def limit(self, text):
         """The end of the reasoning that no continuation changes."""
@@ -130,8 +140,8 @@ class ReasoningStream(object):
         if self.phase == LEAD:
             return self.sent
         if self.tool_at != -1:
-            return self.tool_at  # a later end marker would still win
-        return min(self.ends.at, self.tools.at if self.parser.tool_start else len(self.text))
+            return self.tool_at
+        return self.either if self.parser.tool_start else self.ends.at
 
     def _reasoning_to(self, end):
         piece = self.text[self.sent:end] if end > self.sent else ""
