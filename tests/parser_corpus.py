@@ -102,6 +102,24 @@ RENDER = {
 }
 
 
+def lone_surrogate_call(fmt):
+    """A call whose JSON (or literal) writes a lone surrogate as the escape ``\\ud800``."""
+    return RENDER[fmt]([("search", {"query": "SUR", "filters": {"k": "SUR"}})]).replace("SUR", "a\\ud800b")
+
+
+# SGLang 0.5.23's arguments for lone_surrogate_call (not in parser_fixtures.json:
+# a lone surrogate cannot be written to a UTF-8 file): the JSON formats decode
+# the escape and json.dumps(ensure_ascii=False) keeps the lone surrogate; glm45
+# and qwen3_coder keep a string-typed value's text as written; kimi_k2 passes
+# the arguments on unread.
+_DECODED = '{"query": "a\ud800b", "filters": {"k": "a\ud800b"}}'
+LONE_SURROGATE_ARGS = dict(
+    dict.fromkeys(["hermes", "qwen25", "llama3", "mistral", "deepseekv3", "deepseekv31", "pythonic"], _DECODED),
+    glm45='{"query": "a\\\\ud800b", "filters": {"k": "a\ud800b"}}',
+    qwen3_coder='{"query": "a\\\\ud800b", "filters": {"k": "a\ud800b"}}',
+    kimi_k2='{"query": "a\\ud800b", "filters": {"k": "a\\ud800b"}}')
+
+
 def _cases(fmt, render):
     one = render([WEATHER])
     two = render([WEATHER, SEARCH])

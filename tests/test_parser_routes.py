@@ -9,6 +9,7 @@ import pytest
 
 from mtok.wire.args import ServerArgs
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
+from parser_corpus import LONE_SURROGATE_ARGS, TOOLS as CORPUS_TOOLS, lone_surrogate_call
 
 pytestmark = pytest.mark.fast
 
@@ -49,6 +50,16 @@ def test_separate_reasoning_as_sglang(srv):
     _, body = srv.post("/separate_reasoning", {"text": "plain", "model": "qwen", "return_blocks": True,
                                                "chat_template_kwargs": {"enable_thinking": False}})
     assert body == {"reasoning_text": "", "text": "plain", "reasoning_blocks": [], "text_blocks": ["plain"]}
+
+
+@pytest.mark.parametrize("name", ["hermes", "qwen25", "llama3", "mistral", "deepseekv3", "glm45"])
+def test_a_lone_surrogate_in_the_calls_json_is_answered_as_sglang_parses_it(srv, name):
+    """Issue 23, finding 5a: ``"\\ud800"`` in the model's JSON was a 500 UnicodeEncodeError."""
+    status, body = srv.post("/parse_function_call", {"text": lone_surrogate_call(name), "tools": CORPUS_TOOLS,
+                                                     "tool_call_parser": name})
+    assert status == 200, body
+    assert [(c["name"], c["parameters"]) for c in body["calls"]] == [("search", LONE_SURROGATE_ARGS[name])]
+    assert srv.get("/health")[0] == 200
 
 
 @pytest.mark.parametrize("path,body,param", [

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtok.parsers import collect, make_reasoning_parser, make_tool_parser
-from parser_corpus import REASONING_CASES, TOOL_CASES, TOOLS
+from parser_corpus import LONE_SURROGATE_ARGS, REASONING_CASES, TOOL_CASES, TOOLS, lone_surrogate_call
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 logging.getLogger("mtok.parsers").setLevel(logging.CRITICAL)
@@ -212,3 +212,17 @@ def test_deeply_nested_arguments_are_unreadable_not_a_crash(name):
     content, calls = make_tool_parser(name, TOOLS).parse(text)
     assert as_result(*collect(stream_tools(name, [text[:len(text) // 2], text[len(text) // 2:]]))) == \
         as_result(content, calls)
+
+
+# Issue 23, finding 5a: a lone surrogate written as the escape ``\ud800`` in the
+# call's JSON comes out as SGLang writes it (see parser_corpus.LONE_LONE_SURROGATE_ARGS).
+@pytest.mark.parametrize("name", sorted(LONE_SURROGATE_ARGS))
+def test_a_lone_surrogate_escape_in_the_call_is_written_as_sglang_writes_it(name):
+    text = lone_surrogate_call(name)
+    want = ("", [{"name": "search", "arguments": LONE_SURROGATE_ARGS[name]}])
+    content, calls = make_tool_parser(name, TOOLS).parse(text)
+    assert (content, [c.as_dict() for c in calls]) == want
+    for pieces in (list(text), [text[:len(text) // 2], text[len(text) // 2:]]):
+        content, calls = collect(stream_tools(name, pieces))
+        assert (content, [c.as_dict() for c in calls]) == want
+    assert json.loads(json.dumps(calls[0].arguments)) == LONE_SURROGATE_ARGS[name]  # an ASCII writer carries it

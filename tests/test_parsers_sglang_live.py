@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from mtok.parsers import make_reasoning_parser, make_tool_parser
-from parser_corpus import REASONING_CASES, TOOL_CASES, TOOLS
+from parser_corpus import REASONING_CASES, RENDER, TOOL_CASES, TOOLS, lone_surrogate_call
 
 pytestmark = pytest.mark.unit
 
@@ -35,7 +35,7 @@ EXTRA = [
     ("kimi_k2", "bare counter id", '<|tool_calls_section_begin|><|tool_call_begin|>3<|tool_call_argument_begin|>'
                                    '{"query": "q"}<|tool_call_end|>'),
     ("deepseekv31", "name with spaces", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜> search <｜tool▁sep｜>{}<｜tool▁call▁end｜>"),
-]
+] + [(name, "lone surrogate escape", lone_surrogate_call(name)) for name in sorted(RENDER)]
 
 
 @pytest.mark.fast
