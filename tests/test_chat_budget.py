@@ -24,6 +24,10 @@ from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 
 MACRO_TWICE = "{% macro f(n) %}{% if n %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(60) }}"
 
+# two lists 40 levels deep, each level holding the one below twice: 2**40 paths, 80 objects
+SHARED_TWICE = ("{% set ns = namespace(a=['x'], b=['x']) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}"
+                "{% set ns.b = [ns.b, ns.b] %}{% endfor %}")
+
 # name -> (template, a word its error message must hold)
 PAYLOADS = {
     "macro-twice": (MACRO_TWICE, "cpu"),
@@ -49,6 +53,9 @@ PAYLOADS = {
                             "{% endfor %}{{ ns.a }}", "steps"),
     "shared-list-tojson": ("{% set ns = namespace(a=['x']) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}"
                            "{% endfor %}{{ ns.a|tojson }}", "steps"),
+    "shared-lists-compared": (SHARED_TWICE + "{{ ns.a == ns.b }}", "steps"),
+    "shared-lists-in": (SHARED_TWICE + "{{ ns.a in [ns.b] }}", "steps"),
+    "shared-lists-sorted": (SHARED_TWICE + "{{ [ns.a, ns.b]|sort|length }}", "steps"),
     "nested-ranges": ("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", "steps"),
     "nested-lists": ("{% set l = 'x' * 3000 %}{% for a in l %}{% for b in l %}{% for c in l %}{% endfor %}{% endfor %}"
                      "{% endfor %}", "steps"),

@@ -3,7 +3,9 @@
 Each template expression becomes one Python expression string, evaluated in the
 generated render function.  Attribute and item access, calls, ``+``, ``*``, ``**``,
 ``%``, ``~`` and printing go through the sandbox's policy (:mod:`mtok.chat.sandbox`);
-comparisons, ``and``/``or``/``not``, ``-``, ``/``, ``//`` and literals are Python's own,
+comparisons are Python's own, their operands walked first (:func:`~mtok.chat.guards.compared`)
+unless one is a constant such as ``'user'``; ``and``/``or``/``not``, ``-``, ``/``, ``//``
+and literals are Python's own,
 as in jinja2's generated code.  Filters and tests are bound by name at compile time;
 an unknown one is a syntax error, except under an ``if`` or a conditional expression,
 where (as in jinja2) it fails only when evaluated.
@@ -25,7 +27,8 @@ from .sandbox import SANDBOX
 # What generated code sees besides its own bindings (filters, tests, constants).
 BASE_NAMESPACE: Dict[str, Any] = {
     "ga": SANDBOX.getattr, "gi": SANDBOX.getitem, "call": SANDBOX.call, "add": SANDBOX.add, "mul": SANDBOX.mul,
-    "pow_": SANDBOX.pow_, "mod": SANDBOX.mod, "concat": SANDBOX.concat, "s": guards.printed, "setns": SANDBOX.setns,
+    "pow_": SANDBOX.pow_, "mod": SANDBOX.mod, "concat": SANDBOX.concat, "s": guards.printed, "cmp": guards.compared,
+    "setns": SANDBOX.setns,
     "LoopContext": LoopContext,
     "Macro": Macro, "MISSING": MISSING, "__builtins__": {"list": list, "slice": slice, "str": str},
 }
@@ -148,11 +151,18 @@ class ExpressionCompiler:
         return f"({self.expr(node.left, frame)} or {self.expr(node.right, frame)})"
 
     def expr_compare(self, node: Any, frame: Any) -> str:
-        parts = [self.expr(node.expr, frame)]
+        operands = [node.expr] + [operand for _, operand in node.ops]
+        plain = guards.plain_comparison(operands, _scalar_const)
+        parts = [self._operand(node.expr, frame, plain)]
         for op, operand in node.ops:
             parts.append(_COMPARE[op])
-            parts.append(self.expr(operand, frame))
+            parts.append(self._operand(operand, frame, plain))
         return f"({' '.join(parts)})"
+
+    def _operand(self, node: Any, frame: Any, plain: bool) -> str:
+        """A comparison's operand; walked first (``cmp``) unless the comparison is plain or it is a constant."""
+        code = self.expr(node, frame)
+        return code if plain or node.kind == "const" else f"cmp({code})"
 
     def expr_concat(self, node: Any, frame: Any) -> str:
         return f"concat({', '.join(self.expr(item, frame) for item in node.items)})"
@@ -172,6 +182,10 @@ class ExpressionCompiler:
     def expr_dict(self, node: Any, frame: Any) -> str:
         items = [f"{self.expr(k, frame)}: {self.expr(v, frame)}" for k, v in node.items]
         return "{" + ", ".join(items) + "}"
+
+
+def _scalar_const(node: Any) -> bool:
+    return node.kind == "const" and not isinstance(node.value, (list, tuple, dict))
 
 
 def _cond_undefined() -> Any:

@@ -120,6 +120,20 @@ def printed(value: Any) -> str:
     return value if type(value) is str else str(measured(value))
 
 
+def compared(value: Any) -> Any:
+    """``value``, about to be compared, sorted or hashed: a container is walked first (comparing two
+    lists whose levels hold the level below twice is as exponential as printing them)."""
+    if isinstance(value, _CONTAINERS):
+        printed_size(value)
+    return value
+
+
+def plain_comparison(operands: List[Any], is_scalar: Callable[[Any], bool]) -> bool:
+    """Whether a comparison needs no walk: two operands, one a constant that is no container (a container
+    compared with ``'user'`` or ``none`` is told apart at once)."""
+    return len(operands) == 2 and any(is_scalar(o) for o in operands)
+
+
 def printed_size(value: Any, indent: int = 0) -> int:
     """About how long ``str``/``json.dumps`` (with ``indent``) of ``value`` is.  The walk goes level by
     level, a step per value it visits; it stops with a limit error as soon as the size (or the next
@@ -266,6 +280,7 @@ _WALKERS = frozenset(["batch", "dictsort", "groupby", "join", "list", "map", "ma
                       "reverse", "select", "selectattr", "slice", "sort", "sum", "unique", "items", "tojson",
                       "pprint", "wordcount"])
 _SORTERS = frozenset(["sort", "dictsort", "groupby"])
+_COMPARERS = _SORTERS | {"unique", "min", "max"}  # their items are compared or hashed
 _STRING_FILTERS = frozenset(["capitalize", "center", "e", "escape", "forceescape", "format", "indent", "lower",
                              "replace", "safe", "string", "title", "trim", "truncate", "upper", "wordcount",
                              "wordwrap", "urlencode", "striptags", "urlize", "xmlattr"])
@@ -350,7 +365,7 @@ def guard_filter(name: str, func: Callable[..., Any], offset: int = 0) -> Callab
     walks, strings, check = name in _WALKERS, name in _STRING_FILTERS, _FILTER_CHECKS.get(name)
     if not (walks or strings or check):
         return functools.update_wrapper(lambda *args, **kwargs: _charged(func(*args, **kwargs)), func)
-    sorts = name in _SORTERS
+    sorts, compares = name in _SORTERS, name in _COMPARERS
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
         if len(args) > offset:
@@ -358,6 +373,8 @@ def guard_filter(name: str, func: Callable[..., Any], offset: int = 0) -> Callab
             if walks and isinstance(value, _SIZED):
                 n = len(value)
                 budget.spend(n * max(n.bit_length() >> 2, 1) if sorts else n)
+                if compares:
+                    compared(value)
             if strings and isinstance(value, _CONTAINERS):
                 charge(budget, printed_size(value))
             if check is not None:

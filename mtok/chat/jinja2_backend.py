@@ -109,6 +109,7 @@ def _budgeted_environment(jinja2: Any) -> Any:
         intercepted_binops = frozenset(guards.BINOPS)  # so that jinja2 does not fold them, unchecked, as it compiles
         budget_binops = guards.BINOPS
         budget_concat = staticmethod(guards.concat)
+        budget_compared = staticmethod(guards.compared)
 
         @staticmethod
         def budget_iter(iterable: Any) -> Any:
@@ -132,7 +133,8 @@ def _budgeted_environment(jinja2: Any) -> Any:
 
 def _budgeted_code_generator() -> Any:
     """jinja2's code generator, with each ``for`` item a step and ``~`` through the size checks."""
-    from jinja2.compiler import CodeGenerator, optimizeconst
+    from jinja2 import nodes
+    from jinja2.compiler import CodeGenerator, operators, optimizeconst
 
     class BudgetedCodeGenerator(CodeGenerator):
         budgeted_iters: Any = None  # the ids of the ``for`` iterables not yet generated
@@ -160,9 +162,34 @@ def _budgeted_code_generator() -> Any:
                 self.write(", ")
             self.write("))")
 
+        @optimizeconst
+        def visit_Compare(self, node: Any, frame: Any) -> None:
+            operands = [node.expr] + [op.expr for op in node.ops]
+            plain = guards.plain_comparison(operands, _scalar_const)
+            self.write("(")
+            self.compared(node.expr, frame, plain)
+            for op in node.ops:
+                self.write(f" {operators[op.op]} ")
+                self.compared(op.expr, frame, plain)
+            self.write(")")
+
+        def compared(self, node: Any, frame: Any, plain: bool) -> None:
+            if plain or isinstance(node, nodes.Const):
+                self.visit(node, frame)
+            else:
+                self.write("environment.budget_compared(")
+                self.visit(node, frame)
+                self.write(")")
+
     for op, name in (("+", "Add"), ("*", "Mul"), ("**", "Pow"), ("%", "Mod")):
         setattr(BudgetedCodeGenerator, "visit_" + name, _budgeted_binop(op, optimizeconst))
     return BudgetedCodeGenerator
+
+
+def _scalar_const(node: Any) -> bool:
+    from jinja2 import nodes
+
+    return isinstance(node, nodes.Const) and not isinstance(node.value, (list, tuple, dict))
 
 
 def _budgeted_binop(op: str, optimizeconst: Any) -> Any:
