@@ -156,3 +156,15 @@ def test_model_without_parsers_and_request_without_tools_pass_text_through(clien
     assert one_shot(client, SAYS, model="plain")["content"] == SAYS
     got = one_shot(client, SAYS, tools=openai.NOT_GIVEN)
     assert got["calls"] == [] and got["content"].startswith("Let me check") and got["finish"] == "stop"
+
+
+def test_a_lone_surrogate_in_the_calls_json_reaches_the_client_streamed_and_not(srv, client):
+    """Issue 23, finding 5a: the model writes ``"\\ud800"`` in a call's JSON; the parser
+    decodes it as SGLang does (a lone surrogate in ``arguments``) and the reply
+    carries it as a JSON escape, where the connection used to close unanswered."""
+    says = '<think>t</think>Look: <tool_call>{"name": "search", "arguments": {"q": "a\\ud800b"}}</tool_call>'
+    want = {"reasoning": "t", "content": "Look:", "finish": "tool_calls",
+            "calls": [("function", "search", '{"q": "a\ud800b"}')]}
+    assert without_ids(one_shot(client, says)) == want
+    assert without_ids(streamed(client, says)) == want
+    assert srv.get("/health")[0] == 200
