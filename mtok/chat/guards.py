@@ -27,6 +27,9 @@ _SEQUENCES = (str, bytes, bytearray, list, tuple)
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 _NO_INT_STR_LIMIT = not hasattr(sys, "get_int_max_str_digits")  # Python 3.9/3.10: int('9' * 10**7) is quadratic
 INT_STR_DIGITS = 4300  # Python 3.11's default limit on int <-> str conversions, applied on 3.9/3.10 too
+_QUADRATIC_SEARCH = sys.version_info < (3, 10)  # 3.9 searches a long needle in O(len(haystack) * len(needle))
+_SEARCHES = frozenset(["count", "find", "index", "rfind", "rindex", "split", "rsplit", "partition", "rpartition",
+                       "replace"])
 
 
 def size_of(value: Any) -> Tuple[int, int]:
@@ -247,6 +250,8 @@ def before_call(func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tup
     if kind is not str and kind is not bytes:
         return args, False
     name = func.__name__
+    if _QUADRATIC_SEARCH and name in _SEARCHES and args and type(args[0]) is kind:
+        current().spend(len(owner) * len(args[0]) >> 10)  # its worst case, a step per 1024 comparisons
     if name == "join":
         args, size = _join(owner, args, kwargs)
         charge(current(), size)
