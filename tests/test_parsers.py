@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import random
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -226,3 +227,70 @@ def test_a_lone_surrogate_escape_in_the_call_is_written_as_sglang_writes_it(name
         content, calls = collect(stream_tools(name, pieces))
         assert (content, [c.as_dict() for c in calls]) == want
     assert json.loads(json.dumps(calls[0].arguments)) == LONE_SURROGATE_ARGS[name]  # an ASCII writer carries it
+
+
+# The forward searches that replace SGLang's backtracking expressions find what
+# those expressions find (the expressions as SGLang 0.5.23 writes them), with the
+# text fed whole or in random chunks.
+SOUP_ATOMS = st.sampled_from(list("{}<>|\\n :x1 ") + [
+    "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "\\n", "<|tool_call_begin|>", "functions.f:0",
+    "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<tool_call>", "</tool_call>", "\n</tool_call>",
+    "<tool_call>\n", '{"a": 1}'])
+GLM_ARG_RE = re.compile(r"<arg_key>(.*?)</arg_key>(?:\\n|\s)*<arg_value>(.*?)</arg_value>", re.S)
+KIMI_BLOCK_RE = re.compile(r"<\|tool_call_begin\|>\s*(?P<id>[^\s<|]+)\s*<\|tool_call_argument_begin\|>"
+                           r"\s*(?P<args>\{.*?\})\s*<\|tool_call_end\|>", re.S)
+BLOCK_RE = {"hermes": re.compile(r"<tool_call>(.*?)</tool_call>", re.S),
+            "qwen25": re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)}
+
+
+def finder_spans(name, pieces):
+    parser = make_tool_parser(name, TOOLS)
+    finder, text, spans = parser.finder(), "", []
+    for piece in pieces:
+        text += piece
+        spans += finder.step(text)
+    return spans
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.lists(SOUP_ATOMS, max_size=30).map("".join))
+def test_glm45_pairs_are_sglangs_expression(text):
+    assert make_tool_parser("glm45", TOOLS).pairs(text, 0, len(text)) == GLM_ARG_RE.findall(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.lists(SOUP_ATOMS, max_size=30).map("".join), seed=st.integers(0, 2 ** 32 - 1))
+def test_block_finders_find_sglangs_blocks_however_the_text_is_chunked(text, seed):
+    kimi = [(m.start(), m.start("args"), m.end("args"), m.end()) for m in KIMI_BLOCK_RE.finditer(text)]
+    for pieces in ([text], list(text), random_pieces(text, random.Random(seed))):
+        assert finder_spans("kimi_k2", pieces) == kimi
+        for name, regex in BLOCK_RE.items():
+            assert [s[1:3] for s in finder_spans(name, pieces)] == [m.span(1) for m in regex.finditer(text)]
+
+
+def sglang_llama3_objects(action):
+    """SGLang's loop: raw_decode the rest of the text, else retry from the next '{"name":'."""
+    decoder, idx, objs = json.JSONDecoder(), 0, []
+    while idx < len(action):
+        try:
+            obj, end = decoder.raw_decode(action[idx:])
+        except ValueError:
+            idx = action.find('{"name":', idx + 1)
+            if idx == -1:
+                break
+            continue
+        objs.append(obj)
+        idx += end + 1
+    return objs
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=3), cut=st.integers(0, 2000), number=st.booleans())
+def test_llama3_reads_values_across_its_decode_windows(sizes, cut, number):
+    """llama3 decodes from a window that doubles (64, 128, ... characters): values
+    and errors on either side of each window's end read as json reads them whole."""
+    calls = [{"name": "search", "parameters": {"query": "q" * n, "n": 10 ** n if number else n}} for n in sizes]
+    action = ";".join(json.dumps(c) for c in calls)
+    action = action[:cut] + action[cut + 1:] if cut < len(action) else action  # maybe one character lost
+    objs = make_tool_parser("llama3", TOOLS)._objects("<|python_tag|>" + action, len("<|python_tag|>"))[0]
+    assert objs == sglang_llama3_objects(action)
