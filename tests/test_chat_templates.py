@@ -9,7 +9,7 @@ import os
 import pytest
 
 from chat_models import TEMPLATE_NAMES, model_dir, shared_template
-from mtok.chat import available_backends
+from mtok.chat import TemplateError, available_backends
 from mtok.api.chat import prompt_ids
 from mtok.api.chat_prompt import ChatInput, parse_chat_input, render_prompt, template_messages
 from mtok.api.chat_templates import ChatTemplateFileError, content_format, load_model_chat, special_tokens, template_flags
@@ -283,3 +283,26 @@ def test_special_tokens_are_not_added_twice(tmp_path):
     ids = prompt_ids(model, ChatInput([{"role": "user", "content": "hello"}]))
     assert ids[0] == bos and ids.count(bos) == 1
     assert prompt_ids(model, ChatInput([{"role": "user", "content": "hello"}]), add_special_tokens=True)[:2] == [bos, bos]
+
+
+@pytest.mark.unit
+def test_the_render_budget_flags_reach_every_template(tmp_path):
+    """--chat-template-max-cpu-seconds and --chat-template-max-memory-mib become the Limits every template of
+    every model renders under (issue 23, finding 2)."""
+    from mtok.api.chat_templates import load_chats, render_limits
+    from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
+    from mtok.wire.args import ServerArgs
+
+    template = tmp_path / "t.jinja"
+    template.write_text("{% set ns = namespace(l=[]) %}{% for i in range(100) %}"
+                        "{% set ns.l = ns.l + ['x' * 1000000] %}{% endfor %}")
+    args = ServerArgs(chat_template=[str(template)], chat_template_max_cpu_seconds=0.5,
+                      chat_template_max_memory_mib=8)
+    limits = render_limits(args)
+    assert (limits.max_cpu_seconds, limits.max_memory) == (0.5, 8 << 20)
+    chat = load_chats(args, {"m": load_tokenizer(DEFAULT_TOKENIZER_DIR)})["m"]
+    compiled = chat.pick(False).template
+    assert compiled.limits == limits
+    with pytest.raises(TemplateError) as info:
+        compiled.render(messages=[])
+    assert "--chat-template-max-memory-mib" in str(info.value) and "8 MiB" in str(info.value)
