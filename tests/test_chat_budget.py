@@ -53,6 +53,8 @@ PAYLOADS = {
                             "{% endfor %}{{ ns.a }}", "steps"),
     "shared-list-tojson": ("{% set ns = namespace(a=['x']) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}"
                            "{% endfor %}{{ ns.a|tojson }}", "steps"),
+    "shared-lists-in-a-namespace": ("{% set ns = namespace(a=['x']) %}{% for i in range(40) %}"
+                                    "{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns }}", "steps"),
     "shared-lists-compared": (SHARED_TWICE + "{{ ns.a == ns.b }}", "steps"),
     "shared-lists-in": (SHARED_TWICE + "{{ ns.a in [ns.b] }}", "steps"),
     "shared-lists-sorted": (SHARED_TWICE + "{{ [ns.a, ns.b]|sort|length }}", "steps"),

@@ -110,10 +110,23 @@ def concat(parts: Any) -> str:
 
 
 # -- printing ----------------------------------------------------------------------------------
+def _holds_values(value: Any) -> bool:
+    """A container, or a namespace (which prints its attributes)."""
+    return isinstance(value, _CONTAINERS) or _namespace_attrs(value) is not None
+
+
+def _namespace_attrs(value: Any) -> Any:
+    """The attributes of a ``namespace()`` of either backend, else None."""
+    if not type(value).__name__.endswith("Namespace"):
+        return None
+    attrs = getattr(value, "_attrs", None)  # mtok's; jinja2's keeps them name-mangled
+    return attrs if isinstance(attrs, dict) else getattr(value, "_Namespace__attrs", None)
+
+
 def measured(value: Any) -> Any:
     """``value``, about to be printed: a container is measured first (``str`` of a list whose levels
     hold the level below twice is exponential in its depth)."""
-    if isinstance(value, _CONTAINERS):
+    if _holds_values(value):
         charge(current(), printed_size(value))
     return value
 
@@ -126,7 +139,7 @@ def printed(value: Any) -> str:
 def compared(value: Any) -> Any:
     """``value``, about to be compared, sorted or hashed: a container is walked first (comparing two
     lists whose levels hold the level below twice is as exponential as printing them)."""
-    if isinstance(value, _CONTAINERS):
+    if _holds_values(value):
         printed_size(value)
     return value
 
@@ -160,6 +173,9 @@ def printed_size(value: Any, indent: int = 0) -> int:
             elif kind is bytes:
                 total += len(item)
             else:
+                attrs = _namespace_attrs(item)
+                if attrs is not None:
+                    below.append(attrs)
                 total += 24
         total += len(level) * (2 + indent * depth)
         budget.spend(len(level))
