@@ -14,7 +14,7 @@ import re
 
 from mtok.parsers.base import UNREADABLE, HeadStream, ToolParser
 
-logger = logging.getLogger("mtok.parsers.base")
+logger = logging.getLogger(__name__)
 SPACE = re.compile(r"\s*")
 
 

@@ -237,8 +237,8 @@ class ToolStream(object):
 
     Deltas are tuples: ``("content", text)``, ``("call", index, name)`` and
     ``("args", index, fragment)``; ``collect`` folds them back into a result.
-    The content sent so far is always ``text[:sent]`` (after ``lead`` characters
-    of stripped whitespace, see ``HeadStream``); calls are sent in order.
+    The content sent so far is always ``text[lead:sent]`` (``lead``: leading
+    whitespace a format strips, see ``HeadStream``); calls are sent in order.
     """
 
     def __init__(self, parser):

@@ -19,7 +19,7 @@ import logging
 
 from mtok.parsers.base import UNREADABLE, Cursor, HeadStream, ToolParser
 
-logger = logging.getLogger("mtok.parsers.base")
+logger = logging.getLogger(__name__)
 
 
 class BlockToolParser(ToolParser):
