@@ -52,6 +52,23 @@ def test_separate_reasoning_as_sglang(srv):
     assert body == {"reasoning_text": "", "text": "plain", "reasoning_blocks": [], "text_blocks": ["plain"]}
 
 
+@pytest.mark.parametrize("name,opened", [
+    ("glm45", "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Pa"),
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPa"),
+    ("qwen25", '<tool_call>\n{"name": "get_weather", "arguments": {"ci'),
+], ids=["glm45", "qwen3_coder", "qwen25"])
+def test_megabytes_of_unclosed_tags_are_answered_at_once(srv, name, opened):
+    """Issue 23, finding 4: 330 KB of unclosed ``<tool_call>`` tags got no answer in
+    60 s (glm45, qwen3_coder: a rescan from every tag) and froze a one-worker
+    server; 2.2 MB got both workers of two killed.  One pass answers in well under
+    the 30 s this client waits (test_parsers_linear.py counts the work)."""
+    text = opened * (2200000 // len(opened))
+    status, body = srv.post("/parse_function_call", {"text": text, "tools": TOOLS, "tool_call_parser": name},
+                            conn=srv.conn(timeout=30))
+    assert status == 200, body
+    assert srv.get("/health")[0] == 200
+
+
 @pytest.mark.parametrize("name", ["hermes", "qwen25", "llama3", "mistral", "deepseekv3", "glm45"])
 def test_a_lone_surrogate_in_the_calls_json_is_answered_as_sglang_parses_it(srv, name):
     """Issue 23, finding 5a: ``"\\ud800"`` in the model's JSON was a 500 UnicodeEncodeError."""
