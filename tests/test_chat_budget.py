@@ -58,6 +58,7 @@ PAYLOADS = {
     "shared-lists-compared": (SHARED_TWICE + "{{ ns.a == ns.b }}", "steps"),
     "shared-lists-in": (SHARED_TWICE + "{{ ns.a in [ns.b] }}", "steps"),
     "shared-lists-sorted": (SHARED_TWICE + "{{ [ns.a, ns.b]|sort|length }}", "steps"),
+    "strftime-format": ("{{ strftime_now('%c' * 1000000) }}", "items"),
     "nested-ranges": ("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", "steps"),
     "nested-lists": ("{% set l = 'x' * 3000 %}{% for a in l %}{% for b in l %}{% for c in l %}{% endfor %}{% endfor %}"
                      "{% endfor %}", "steps"),

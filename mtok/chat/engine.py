@@ -11,12 +11,12 @@ the template line where the failure happened when it can be known.
 
 from __future__ import annotations
 
-import datetime
 import warnings
 from itertools import islice
 from typing import Any, Callable, Dict, List, Tuple
 
 from .compile_expr import BASE_NAMESPACE
+from .filter_guards import strftime_now
 from .compiler import generate
 from .errors import TemplateError
 from .limits import Budget, Limits
@@ -26,10 +26,6 @@ from .runtime import Cycler, Joiner, Namespace, undefined_name
 
 def raise_exception(message: Any) -> None:
     raise TemplateError(str(message), "raised")
-
-
-def strftime_now(fmt: str) -> str:
-    return datetime.datetime.now().strftime(fmt)
 
 
 class _TemplateDict:

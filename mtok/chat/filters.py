@@ -8,7 +8,7 @@ are Undefined, ``map``/``select``/``reject``/``unique``/``batch`` return iterato
 values so.  ``tojson`` is transformers' (``json.dumps``, ``ensure_ascii=False``, with
 ``indent``/``separators``/``sort_keys``), not jinja2's HTML-safe one.  ``safe`` and
 ``escape`` return plain strings (mtok has no ``Markup``; nothing autoescapes).  Each
-filter of :data:`FILTERS` is wrapped by :func:`~mtok.chat.guards.guard_filter`: what it
+filter of :data:`FILTERS` is wrapped by :func:`~mtok.chat.filter_guards.guard_filter`: what it
 would build is checked against the render's budget first where its arguments say, and
 what it built is charged after.
 """
@@ -27,7 +27,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from .errors import TemplateError
 from .predicates import TESTS
 from .runtime import Undefined
-from .guards import guard_filter, printed
+from .filter_guards import guard_filter
+from .guards import printed
 from .sandbox import SANDBOX
 
 _WORD_START = re.compile(r"([-\s({\[<]+)")

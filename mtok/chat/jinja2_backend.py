@@ -22,11 +22,10 @@ as a :class:`TemplateError`.
 
 from __future__ import annotations
 
-import datetime
 import json
 from typing import Any, Callable, Dict, Tuple
 
-from . import guards
+from . import filter_guards, guards
 from .errors import TemplateError
 from .limits import Budget, Limits, current
 from .sandbox import str_format_of
@@ -43,10 +42,6 @@ def available() -> bool:
 def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
             sort_keys: bool = False) -> str:
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.datetime.now().strftime(fmt)
 
 
 def _make_classes(jinja2: Any) -> Dict[str, Any]:
@@ -241,10 +236,12 @@ def make_environment(budgeted: bool = True) -> Any:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=extensions)
     env.filters["tojson"] = _tojson
     if budgeted:
-        env.filters = {name: guards.guard_filter(name, func, 1 if hasattr(func, "jinja_pass_arg") else 0)
+        env.filters = {name: filter_guards.guard_filter(name, func, 1 if hasattr(func, "jinja_pass_arg") else 0)
                        for name, func in env.filters.items()}
     env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = _strftime_now
+    env.globals["strftime_now"] = filter_guards.strftime_now
+    if budgeted:
+        env.globals["lipsum"] = filter_guards.lipsum(env.globals["lipsum"])
     env.globals["dict"] = classes["TemplateDict"]()
     env.globals["namespace"] = classes["TemplateNamespace"]
     return env
