@@ -49,12 +49,9 @@ PAYLOADS = {
     "center": ("{{ 'x'.center(3000000000) }}", "items"),
     "concat-doubling": ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
                         "{% endfor %}{{ ns.s|length }}", "items"),
-    "shared-list-printed": ("{% set ns = namespace(a=['x']) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}"
-                            "{% endfor %}{{ ns.a }}", "steps"),
-    "shared-list-tojson": ("{% set ns = namespace(a=['x']) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}"
-                           "{% endfor %}{{ ns.a|tojson }}", "steps"),
-    "shared-lists-in-a-namespace": ("{% set ns = namespace(a=['x']) %}{% for i in range(40) %}"
-                                    "{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns }}", "steps"),
+    "shared-list-printed": (SHARED_TWICE + "{{ ns.a }}", "steps"),
+    "shared-list-tojson": (SHARED_TWICE + "{{ ns.a|tojson }}", "steps"),
+    "shared-lists-in-a-namespace": (SHARED_TWICE + "{{ ns }}", "steps"),
     "shared-lists-compared": (SHARED_TWICE + "{{ ns.a == ns.b }}", "steps"),
     "shared-lists-in": (SHARED_TWICE + "{{ ns.a in [ns.b] }}", "steps"),
     "shared-lists-sorted": (SHARED_TWICE + "{{ [ns.a, ns.b]|sort|length }}", "steps"),
