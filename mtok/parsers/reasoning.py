@@ -89,7 +89,7 @@ class ReasoningStream(object):
         self.ends = Cursor(parser.end)
         self.either = 0  # before the tool marker is met, both are searched at once from here
         self.end_at = self.tool_at = -1
-        self.content_at = self.content_sent = 0
+        self.content_sent = 0  # content is text[end of the end marker:], sent up to here
 
     def feed(self, delta):
         text, self.text = self.text, ""
@@ -131,7 +131,7 @@ class ReasoningStream(object):
 
     def _close(self, end):
         self.phase, self.end_at = CONTENT, end
-        self.content_at = self.content_sent = end + len(self.parser.end)
+        self.content_sent = end + len(self.parser.end)
 
     def limit(self, text):
         """The end of the reasoning that no continuation changes."""
@@ -163,8 +163,7 @@ class ReasoningStream(object):
             return reasoning, content
         if self.phase == REASONING:
             cut = self.tool_at if self.tool_at != -1 else len(text)
-            self.phase, self.end_at, self.content_at = CONTENT, cut, cut
-            self.content_sent = cut
+            self.phase, self.end_at, self.content_sent = CONTENT, cut, cut
         return self._reasoning_to(self.end_at), self._content(text)
 
 
