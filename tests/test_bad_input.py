@@ -69,7 +69,7 @@ JSON_CASES = [
     ("/v1/completions", {"prompt": "a", "max_tokens": 2, "min_tokens": 3}, 400, "min_new_tokens"),
     ("/v1/completions", {"prompt": "a", "logprobs": True}, 400, "logprobs"),
     ("/v1/completions", {"prompt": "a", "stream_options": 3}, 400, "stream_options"),
-    ("/v1/completions", {"prompt": "a", "response_format": {"type": "json_object"}}, 400, "json_schema"),
+    ("/v1/completions", {"prompt": "a", "response_format": {"type": "json_object"}}, 400, "response_format"),
     ("/tokenize", {"prompt": 3}, 400, "prompt"),
     ("/tokenize", {}, 400, "prompt"),
     ("/detokenize", {"tokens": "abc"}, 400, "tokens"),

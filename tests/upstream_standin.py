@@ -17,8 +17,9 @@ stream, an ``{"error": {...}}`` event.
 
 The "model" echoes the prompt, cycling, so outputs are predictable; its logprob
 for the token at output position p is ``-0.5 * (p + 1)``.  ``behaviour`` switches
-errors, slowness and dying on; ``seen`` records each request body and
-``cancelled`` the streams whose client went away.
+errors, slowness and dying on; ``behaviour["says"] = ids`` answers those ids
+instead, ended by the model's eos (a constrained answer, canned); ``seen``
+records each request body and ``cancelled`` the streams whose client went away.
 
 ``behaviour["hostile"] = NAME`` answers the next requests as a broken or
 hostile upstream would (the ``hostile_NAME`` methods: an endless line, endless
@@ -157,11 +158,13 @@ class StandIn:
         h.send_header("Transfer-Encoding", "chunked")
         h.end_headers()
         b, out = self.behaviour, []
-        limit = self.max_tokens(params)
+        says = b.get("says")  # canned output (a constrained answer), ended as the model's eos ends it
+        source = says or prompt
+        limit = min(self.max_tokens(params), len(says)) if says else self.max_tokens(params)
         stops = set(params.get("stop_token_ids") or ())
         for p in range(limit):
             time.sleep(b.get("delay", 0.0))
-            tok = prompt[p % len(prompt)]
+            tok = source[p % len(source)]
             out.append(tok)
             if b.get("die_after") is not None and p >= b["die_after"]:
                 h.wfile.write(b"40\r\ndata: {\"output_i")  # half an event, then the connection drops
@@ -173,6 +176,8 @@ class StandIn:
                 self.event(h, {"error": {"message": "out of memory", "code": 500}})
                 break
             finish = self.finish(tok, stops, p + 1, limit)
+            if says and p + 1 == len(says):
+                finish = self.eos()
             self.event(h, self.make_event(body, prompt, out, finish))
             if finish is not None:
                 break
@@ -315,6 +320,10 @@ class StandIn:
     def finish(self, tok: int, stops: set, n: int, limit: int) -> Optional[Dict[str, Any]]:
         raise NotImplementedError
 
+    def eos(self) -> Dict[str, Any]:
+        """The finish of an output the model ended itself."""
+        raise NotImplementedError
+
     def prompt_and_params(self, body: Dict[str, Any]) -> Any:
         raise NotImplementedError
 
@@ -338,6 +347,9 @@ class SGLangStandIn(StandIn):
         if tok in stops:
             return {"type": "stop", "matched": tok}
         return {"type": "length", "length": n} if n >= limit else None
+
+    def eos(self) -> Dict[str, Any]:
+        return {"type": "stop", "matched": None}
 
     def make_event(self, body: Dict[str, Any], prompt: List[int], out: List[int], finish: Any) -> Dict[str, Any]:
         incremental = self.behaviour.get("incremental")
@@ -384,6 +396,9 @@ class VLLMStandIn(StandIn):
         if tok in stops:
             return {"finish_reason": "stop", "stop_reason": tok}
         return {"finish_reason": "length", "stop_reason": None} if n >= limit else None
+
+    def eos(self) -> Dict[str, Any]:
+        return {"finish_reason": "stop", "stop_reason": None}
 
     def make_event(self, body: Dict[str, Any], prompt: List[int], out: List[int], finish: Any) -> Dict[str, Any]:
         p, tok = len(out) - 1, out[-1]

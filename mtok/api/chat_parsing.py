@@ -11,8 +11,9 @@ Per request (as SGLang):
   ``thinking``) reach the parser as they reach the template;
 * tool calls are parsed when the model has a tool-call parser, the request has
   ``tools`` and ``tool_choice`` is not ``"none"``; ``"required"`` and a named
-  function need an engine that constrains its output, which mtok's engines do
-  not, so they are refused with a 400 rather than silently treated as ``auto``.
+  function constrain the output to a JSON array of calls
+  (:mod:`mtok.api.constraints`), which is read as that JSON with or without a
+  tool-call parser.
 
 The streamed deltas come from the parsers' streams, whose pieces add up to their
 one-shot results, so a streamed response concatenates to the non-streamed one.
@@ -24,10 +25,10 @@ import uuid
 from typing import Any, Dict, List, Optional
 
 from .chat import OutputParser
+from .constraints import forced_parser
 from .parser_routes import check_tools
 from ..parsers import make_reasoning_parser, make_tool_parser
 from . import fields
-from .validate import APIError, bad
 
 PARSER_FIELDS = {"separate_reasoning", "stream_reasoning"}
 
@@ -118,13 +119,9 @@ class ParsedOutput(OutputParser):
 def _tool_parser(body: Dict[str, Any], name: Optional[str]) -> Any:
     tools = check_tools(body.get("tools"))
     choice = body.get("tool_choice")
-    if choice == "required" or isinstance(choice, dict):
-        if not tools:
-            raise bad("'tool_choice' %s needs 'tools'" % ("'required'" if choice == "required" else "naming a function"),
-                      "tool_choice")
-        raise APIError("'tool_choice' %s needs an engine that constrains its output to a tool call; "
-                       "mtok's engines do not, use 'auto'" % ("'required'" if choice == "required"
-                                                              else "naming a function"), 400, "tool_choice")
+    forced = forced_parser(body)  # the constrained output is JSON, whatever the model's own format
+    if forced is not None:
+        return forced
     if name is None or not tools or choice == "none":
         return None
     return make_tool_parser(name, tools)

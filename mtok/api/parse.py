@@ -38,19 +38,25 @@ def sampling_params(got: Dict[str, Any], api: str = fields.SP, prefix: str = "")
 
 def response_format(value: Any, sp: SamplingParams) -> None:
     """OpenAI's ``response_format`` as SGLang's constraints: a JSON schema, any
-    JSON object, or plain text (no constraint)."""
+    JSON object, SGLang's structural tag (the whole object, as SGLang forwards
+    it), or plain text (no constraint)."""
     kind = value.get("type")
     if kind == "text":
         return
     if kind == "json_object":
         sp.json_schema = '{"type": "object"}'
     elif kind == "json_schema":
-        schema = (value.get("json_schema") or {}).get("schema")
+        inner = value.get("json_schema")
+        schema = inner.get("schema") if isinstance(inner, dict) else None
         if not isinstance(schema, dict):
             raise bad("'response_format.json_schema.schema' must be an object", "response_format")
         sp.json_schema = json.dumps(schema)
+    elif kind == "structural_tag":
+        sp.structural_tag = json.dumps(value)
     else:
-        raise bad("'response_format.type' must be 'text', 'json_object' or 'json_schema'", "response_format")
+        raise bad("'response_format.type' must be 'text', 'json_object', 'json_schema' or 'structural_tag'",
+                  "response_format")
+    sp.constraint_from = "response_format"  # an engine that cannot constrain is refused naming it
 
 
 def parse_sampling_params(d: Any, strict: bool = False, prefix: str = "sampling_params.") -> SamplingParams:

@@ -53,6 +53,8 @@ CAPABILITIES = frozenset((
     "logprobs", "top_logprobs", "token_ids_logprob", "prefill_only", "n", "flush_cache", "lora",
     "regex", "json_schema", "ebnf", "structural_tag", "logit_bias",
 ))
+# the capabilities that constrain what the engine may generate (the sampling fields of the same names)
+CONSTRAINTS = ("regex", "json_schema", "ebnf", "structural_tag")
 
 # (logprob, token id) pairs: the token's own, then the top-n, then those asked for by id
 PositionLogprobs = Tuple[float, List[Tuple[float, int]], List[Tuple[float, int]]]
@@ -120,9 +122,12 @@ def capability_refusal(engine: Any, req: Any) -> Optional[Tuple[str, str]]:
     if missing is None:
         return None
     cap, param = missing
-    also = " ('response_format' asks for it too)" if cap == "json_schema" else ""
+    if cap in CONSTRAINTS:
+        param = req.sampling_params.constraint_from or param
+        return (f"'{param}' needs an engine that can constrain its output; {type(engine).__name__}, the engine "
+                f"of model {req.model!r}, cannot (it does not declare the '{cap}' capability)", param)
     return (f"'{param}' is not supported by the engine of model {req.model!r} ({type(engine).__name__} "
-            f"does not declare the '{cap}' capability){also}", param)
+            f"does not declare the '{cap}' capability)", param)
 
 
 def missing_capability(engine: Any, req: Any) -> Optional[Tuple[str, str]]:
@@ -138,7 +143,7 @@ def missing_capability(engine: Any, req: Any) -> Optional[Tuple[str, str]]:
         ("n", "n", sp.n > 1),
         ("lora", "lora_path", req.lora_path is not None),
         ("logit_bias", "logit_bias", bool(sp.logit_bias)),
-    ] + [(c, c, getattr(sp, c) is not None) for c in ("regex", "json_schema", "ebnf", "structural_tag")]
+    ] + [(c, c, getattr(sp, c) is not None) for c in CONSTRAINTS]
     for cap, param, wanted in wants:
         if wanted and cap not in have:
             return cap, param

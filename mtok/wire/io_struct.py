@@ -46,6 +46,7 @@ class SamplingParams:
     json_schema: Optional[str] = _default("json_schema")
     ebnf: Optional[str] = _default("ebnf")
     structural_tag: Optional[str] = _default("structural_tag")
+    constraint_from: Optional[str] = None  # the request field a constraint came from, when not its own name
     logit_bias: Optional[Dict[str, float]] = _default("logit_bias")
     custom_params: Optional[Dict[str, Any]] = _default("custom_params")
 
