@@ -110,10 +110,11 @@ def test_stream_events_in_openai_order(srv):
                                                  "stream_options": {"include_usage": True}})
     assert events[-1] == "[DONE]"
     first, *middle, finish, usage, _ = events
-    assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    assert all(set(e["choices"][0]["delta"]) == {"content"} for e in middle)
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": "", "reasoning_content": None}
+    assert all(set(e["choices"][0]["delta"]) == {"content", "reasoning_content"} for e in middle)
     assert "".join(e["choices"][0]["delta"]["content"] for e in middle) == "one two"
-    assert finish["choices"][0]["delta"] == {} and finish["choices"][0]["finish_reason"] == "length"
+    assert finish["choices"][0]["delta"] == {"reasoning_content": None}  # SGLang sends the key on every delta
+    assert finish["choices"][0]["finish_reason"] == "length"
     assert usage["choices"] == [] and usage["usage"]["total_tokens"] == 4
     assert all(e["usage"] is None for e in events[:-2])
     plain = srv.stream("/v1/chat/completions", {"model": "echo", "messages": [{"role": "user", "content": "x"}],
@@ -217,7 +218,7 @@ def test_errors_are_400s_that_name_the_fix(client, srv):
                         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": CONTEXT}, "max_new_tokens"),
                         ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "maybe"}, "tool_choice"),
                         ({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
-                         "response_format"),  # the echo engine has no constrained decoding (mtok.api.fields)
+                         "json_schema"),  # the echo engine has no constrained decoding (mtok.api.fields)
                         ({"messages": [{"role": "user", "content": "x"}], "image_data": "x.png"}, "image_data")):
         status, resp = srv.post("/v1/chat/completions", dict(body, model="echo"))
         assert status == 400 and resp["error"]["param"] == param, (body, resp)

@@ -86,8 +86,9 @@ def test_constraints_are_refused_not_dropped(srv):
 def test_any_model_name_is_served_with_one_model(srv):
     assert srv.post("/v1/completions", {"model": "default", "prompt": "x", "max_tokens": 1})[0] == 200
     assert srv.post("/generate", {"model": "whatever", "text": "x"})[0] == 200
-    status, card = srv.get("/v1/models/default")
+    status, card = srv.get("/v1/models/mtok-default")
     assert status == 200 and card["id"] == "mtok-default" and card["object"] == "model"
+    assert srv.get("/v1/models/default")[0] == 404  # a card is looked up by its exact name (SGLang's 404)
 
 
 # -- logprobs --------------------------------------------------------------------------

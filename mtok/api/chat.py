@@ -18,12 +18,11 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from .chat_prompt import ChatInput, parse_chat_input, render_prompt
-from .constraints import constrain_tool_choice
 from .server import Pending, Request, route
 from . import fields
 from ..wire.io_struct import GenerateReqInput, LogprobParams
 from .logprobs import chat_content
-from .openai import openai_finish, parse_openai_sampling
+from .openai import StreamUsage, openai_finish, parse_openai_sampling
 from .parse import parse_rid
 from .validate import bad, check_unknown, get_bool, get_str, require_object
 
@@ -97,10 +96,9 @@ class ChatRoutes:
         if "messages" not in body:
             raise bad("'messages' is required", "messages")
         _check_chat_only(body)
-        sp, include_usage = parse_openai_sampling(got)
+        sp, usage = parse_openai_sampling(got)
         model = self.tm.model(got.get("model"))
         inp = parse_chat_input(body)
-        constrain_tool_choice(body, got, sp)  # mtok.api.constraints: "required" / a named tool as a JSON schema
         inp.kwargs = dict(template_extras(body), **(inp.kwargs or {}))
         ids = prompt_ids(model, inp)
         if not ids:
@@ -116,7 +114,8 @@ class ChatRoutes:
         handle = self.tm.submit(obj, req.watch)
         if obj.stream:
             head["object"] = "chat.completion.chunk"
-            return self.start_stream(handle, self._chat_chunks(handle, head, parsers, include_usage))
+            events = self._chat_chunks(handle, head, parsers, usage, len(obj.input_ids))  # type: ignore[arg-type]
+            return self.start_stream(handle, events)
         return Pending(handle, lambda results: self._chat_completion(head, parsers, results))
 
     def _chat_completion(self, head: Dict[str, Any], parsers: List[OutputParser], results: List[Any]) -> Any:
@@ -124,11 +123,12 @@ class ChatRoutes:
         for st in results:
             finish, matched = openai_finish(st)
             parser = parsers[st.index]
-            choices.append({"index": st.index, "message": {"role": "assistant", **parser.message(st.text)},
+            message = {"role": "assistant", "reasoning_content": None, **parser.message(st.text)}  # SGLang's null
+            choices.append({"index": st.index, "message": message,
                             "logprobs": {"content": chat_content(st.logprobs)} if st.logprobs is not None else None,
                             "finish_reason": parser.finish_reason(finish), "stop_reason": matched,
                             "matched_stop": matched})
-        return dict(head, choices=choices, usage=self.usage(results))
+        return dict(head, choices=choices, usage=self.usage(results, len(parsers)))
 
     def tokenize_chat(self, body: Dict[str, Any]) -> Dict[str, Any]:
         """``/tokenize`` with ``messages`` (vLLM's TokenizeChatRequest): the rendered prompt's tokens."""
@@ -138,17 +138,17 @@ class ChatRoutes:
         return {"tokens": ids, "count": len(ids), "max_model_len": model.context_length}
 
     def _chat_chunks(self, states: Iterator["ReqState"], head: Dict[str, Any], parsers: List[OutputParser],
-                     include_usage: bool) -> Iterator[Any]:
+                     usage: StreamUsage, prompt_tokens: int) -> Iterator[Any]:
         """Per choice: role first, then content deltas (with their logprobs), then the
-        finish; then usage, then [DONE] (OpenAI's order)."""
+        finish; then usage, then [DONE] (OpenAI's order).  Every delta has
+        ``reasoning_content``, null when it carries none, as SGLang sends it."""
+        done: Dict[int, int] = {}  # completion tokens per choice, as of its last state
 
         def chunk(index: int, delta: Dict[str, Any], finish: Optional[str] = None, matched: Any = None,
                   logprobs: Any = None) -> Dict[str, Any]:
-            out = dict(head, choices=[{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish,
-                                       "stop_reason": matched}])
-            if include_usage:
-                out["usage"] = None
-            return out
+            out = dict(head, choices=[{"index": index, "delta": dict(delta, reasoning_content=delta.get(
+                "reasoning_content")), "logprobs": logprobs, "finish_reason": finish, "stop_reason": matched}])
+            return usage.mark(out, prompt_tokens, done.get(index, 0))
 
         for i in range(len(parsers)):
             yield chunk(i, {"role": "assistant", "content": ""})
@@ -167,6 +167,7 @@ class ChatRoutes:
             # is complete by then), then one snapshot of the text for both slice and mark.
             finish, matched = openai_finish(st)
             text = st.text
+            done[i] = st.completion_tokens
             deltas = parsers[i].feed(text[sent.get(i, 0):])
             sent[i] = len(text)
             logprobs = None
@@ -182,8 +183,8 @@ class ChatRoutes:
                 yield chunk(i, {}, parsers[i].finish_reason(finish), matched,
                             logprobs if not deltas and logprobs else None)
                 final[i] = st
-        if include_usage and len(final) == len(parsers):
-            yield dict(head, choices=[], usage=self.usage(list(final.values())))
+        if usage.final and len(final) == len(parsers):
+            yield dict(head, choices=[], usage=self.usage(list(final.values()), len(parsers)))
         yield "[DONE]"
 
 

@@ -2,6 +2,14 @@
 
 The request is translated into the same :class:`GenerateReqInput` that
 ``/generate`` uses, so both APIs share one pipeline and one set of checks.
+
+The answers take the shapes SGLang's OpenAI server gives, which its and
+vLLM's clients read: usage counts each prompt once however many choices it
+has (``n``) and every choice's completion tokens, as OpenAI bills and SGLang's
+``UsageProcessor`` counts; ``stream_options.continuous_usage_stats`` puts each
+choice's usage so far on every chunk of it (:class:`StreamUsage`); a model card
+carries SGLang's ``ModelCard`` fields, and an id no model has is a 404
+``model_not_found``, in SGLang's words.
 """
 
 from __future__ import annotations
@@ -9,11 +17,12 @@ from __future__ import annotations
 import base64
 import struct
 import time
+from dataclasses import dataclass
 from urllib.parse import unquote
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from . import fields
-from .server import Pending, Request, route
+from .server import Pending, Request, Response, route
 from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
 from .logprobs import CompletionLogprobs, merge
 from .parse import parse_rid, response_format, sampling_params, single_prompt
@@ -53,29 +62,54 @@ def openai_sampling(got: Dict[str, Any], api: str, echo: bool = False) -> Sampli
     return sp
 
 
-def parse_openai_sampling(got: Dict[str, Any]) -> "tuple[SamplingParams, bool]":
+def parse_openai_sampling(got: Dict[str, Any]) -> "tuple[SamplingParams, StreamUsage]":
     """The sampling fields of a chat body, from :func:`fields.read`'s result, and
-    ``stream_options.include_usage``; without ``max_tokens`` the caller sets the budget."""
-    return openai_sampling(got, fields.CHAT), stream_options(got)
+    its ``stream_options``; without ``max_tokens`` the caller sets the budget."""
+    return openai_sampling(got, fields.CHAT), stream_usage(got)
 
 
-def stream_options(got: Dict[str, Any]) -> bool:
-    """include_usage of ``stream_options``."""
+def token_usage(prompt: int, completion: int) -> Dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+@dataclass(frozen=True)
+class StreamUsage:
+    """What ``stream_options`` asks of a stream: a last chunk with the totals
+    (``final``: ``include_usage``), and each choice's usage so far on every chunk
+    of it (``continuous``: ``continuous_usage_stats``, SGLang's and vLLM's
+    extension; SGLang honours it without ``include_usage`` too)."""
+
+    final: bool = False
+    continuous: bool = False
+
+    def mark(self, chunk: Dict[str, Any], prompt_tokens: int, completion_tokens: int) -> Dict[str, Any]:
+        """``chunk`` with its ``usage``: the choice's counts so far, or null while a final one is coming."""
+        if self.continuous:
+            chunk["usage"] = token_usage(prompt_tokens, completion_tokens)
+        elif self.final:
+            chunk["usage"] = None
+        return chunk
+
+
+def stream_usage(got: Dict[str, Any]) -> StreamUsage:
+    """``stream_options`` of an OpenAI body."""
     opts = got.get("stream_options")
     if opts is not None and not isinstance(opts, dict):
         raise bad("'stream_options' must be an object", "stream_options")
-    return get_bool(opts or {}, "include_usage", False, "stream_options.include_usage")
+    opts = opts or {}
+    return StreamUsage(get_bool(opts, "include_usage", False, "stream_options.include_usage"),
+                       get_bool(opts, "continuous_usage_stats", False, "stream_options.continuous_usage_stats"))
 
 
 def parse_completion(body: Any, strict: bool = False) -> "tuple[GenerateReqInput, Dict[str, Any]]":
-    """A /v1/completions body: the request, and the response options (include_usage, echo, logprobs)."""
+    """A /v1/completions body: the request, and the response options (usage, echo, logprobs)."""
     body = require_object(body)
     got = fields.read(body, fields.CMPL, strict)
     if "prompt" not in got:
         raise bad("'prompt' is required", "prompt")
     logprobs = got.get("logprobs")
     echo = fields.value(got, fields.CMPL, "echo")
-    opts = {"include_usage": stream_options(got), "echo": echo, "logprobs": logprobs}
+    opts = {"usage": stream_usage(got), "echo": echo, "logprobs": logprobs}
     sp = openai_sampling(got, fields.CMPL, echo)
     obj = GenerateReqInput(sampling_params=sp, stream=fields.value(got, fields.CMPL, "stream"),
                            model=got.get("model"), lora_path=got.get("lora_path"), rid=got.get("rid"))
@@ -126,14 +160,21 @@ class OpenAIRoutes:
     def list_models(self, req: Request) -> Any:
         return {"object": "list", "data": [self.model_card(m) for m in self.tm.models.values()]}
 
-    @route("GET", "/v1/models/{model}")
+    @route("GET", "/v1/models/{model:path}")
     def retrieve_model(self, req: Request) -> Any:
-        """One model's card; with one model any name is it (as for requests)."""
-        return self.model_card(self.tm.model(unquote(req.path.rpartition("/")[2])))
+        """One model's card, by its exact name (which may hold slashes, escaped or
+        not); unlike a request's ``model``, an unknown name is a 404, as in SGLang."""
+        name = unquote(req.path[len("/v1/models/"):])
+        model = self.tm.models.get(name)
+        if model is None:
+            return Response({"error": {"message": f"The model '{name}' does not exist", "type": "invalid_request_error",
+                                       "param": "model", "code": "model_not_found"}}, 404)
+        return self.model_card(model)
 
     def model_card(self, model: Any) -> Dict[str, Any]:
+        """SGLang's ModelCard; ``root`` is the served name, as SGLang gives it."""
         return {"id": model.name, "object": "model", "created": self.created, "owned_by": "mtok",
-                "max_model_len": model.context_length}
+                "root": model.name, "parent": None, "max_model_len": model.context_length}
 
     @route("POST", "/v1/completions", inline=True, prompt=single_prompt("prompt"))
     def completions(self, req: Request) -> Any:
@@ -144,9 +185,9 @@ class OpenAIRoutes:
         choices = CompletionChoices(obj, opts, model.tokenizer)
         handle = self.tm.submit(obj, req.watch)
         if obj.stream:
-            return self.start_stream(handle, self._completion_chunks(handle, head, choices, opts["include_usage"]))
+            return self.start_stream(handle, self._completion_chunks(handle, head, choices, opts["usage"]))
         return Pending(handle, lambda results: dict(head, choices=[choices.whole(st) for st in results],
-                                                    usage=self.usage(results)))
+                                                    usage=self.usage(results, choices.per_prompt)))
 
     @route("POST", "/v1/embeddings", inline=True)
     def embeddings(self, req: Request) -> Any:
@@ -176,13 +217,14 @@ class OpenAIRoutes:
                 "usage": {"prompt_tokens": prompt, "total_tokens": prompt}}
 
     @staticmethod
-    def usage(states: List["ReqState"]) -> Dict[str, int]:
-        prompt = sum(st.prompt_tokens for st in states)
-        completion = sum(st.completion_tokens for st in states)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    def usage(states: List["ReqState"], per_prompt: int = 1) -> Dict[str, int]:
+        """The choices' usage: each prompt once (the choices of prompt i are
+        indices i * ``per_prompt`` ...), every choice's completion tokens."""
+        prompt = sum(st.prompt_tokens for st in states if st.index % per_prompt == 0)
+        return token_usage(prompt, sum(st.completion_tokens for st in states))
 
     def _completion_chunks(self, states: Iterator["ReqState"], head: Dict[str, Any], choices: "CompletionChoices",
-                           include_usage: bool) -> Iterator[Any]:
+                           usage: StreamUsage) -> Iterator[Any]:
         final: Dict[int, "ReqState"] = {}
         for st in states:
             err = st.error()
@@ -194,12 +236,9 @@ class OpenAIRoutes:
                 final[st.index] = st
             elif not choice["text"] and not choice["logprobs"]:
                 continue
-            chunk = dict(head, choices=[choice])
-            if include_usage:
-                chunk["usage"] = None
-            yield chunk
-        if include_usage and len(final) == choices.total:
-            yield dict(head, choices=[], usage=self.usage(list(final.values())))
+            yield usage.mark(dict(head, choices=[choice]), st.prompt_tokens, st.completion_tokens)
+        if usage.final and len(final) == choices.total:
+            yield dict(head, choices=[], usage=self.usage(list(final.values()), choices.per_prompt))
         yield "[DONE]"
 
 

@@ -115,7 +115,8 @@ def offloads(handler: Callable, body: Any) -> bool:
 
 def collect_routes(app: Any) -> Dict[str, Dict[str, Callable]]:
     """path -> method -> bound handler, from the @route marks on the app's methods.
-    A path ending in ``{name}`` matches any last segment (see :func:`find_route`)."""
+    A path ending in ``{name}`` matches any last segment, one ending in
+    ``{name:path}`` any rest of the path, slashes and all (see :func:`find_route`)."""
     table: Dict[str, Dict[str, Callable]] = {}
     for name in dir(type(app)):
         for method, path in getattr(getattr(type(app), name), "routes", ()):
@@ -129,6 +130,9 @@ def find_route(routes: Dict[str, Dict[str, Callable]], path: str) -> Optional[Di
         head, _, last = path.rpartition("/")
         if last:
             methods = next((m for p, m in routes.items() if p.startswith(head + "/{") and p.endswith("}")), None)
+    if methods is None:
+        methods = next((m for p, m in routes.items() if p.endswith(":path}")
+                        and path.startswith(p[:p.index("{")]) and len(path) > p.index("{")), None)
     return methods
 
 
