@@ -174,6 +174,10 @@ SETTINGS: Tuple[Setting, ...] = (
        doc="stop strings in one request (400 beyond)"),
     _S(("--max-stop-chars",), "characters in all of a request's stop strings together (default: %(default)s)",
        16384, int, check=positive, doc="characters in all of one request's stop strings (400 beyond)"),
+    _S(("--max-stop-regexes",), "stop_regex patterns in one request (default: %(default)s, SGLang's)", 32, int,
+       check=positive, doc="`stop_regex` patterns in one request (400 beyond)"),
+    _S(("--max-stop-regex-length",), "characters in one stop_regex pattern (default: %(default)s, SGLang's)", 256,
+       int, check=positive, doc="characters in one `stop_regex` pattern (400 beyond)"),
     _S(("--max-logprobs",), "top logprobs per token a request may ask for (default: %(default)s)", 20, int,
        check=not_negative, doc="top logprobs per token a request may ask for, as vLLM's flag (400 beyond)"),
     _S(("--max-logprob-entries",), "logprob values one request may ask for, over its prompts, samples and tokens "

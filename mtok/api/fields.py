@@ -99,7 +99,8 @@ TABLE: Tuple[Field, ...] = (
     Field("skip_special_tokens", SAMPLING, USED, v.as_bool, True),
     Field("spaces_between_special_tokens", SAMPLING, USED, v.as_bool, True),
     Field("no_stop_trim", SAMPLING, USED, v.as_bool, False, ("include_stop_str_in_output",)),
-    Field("stop_regex", SAMPLING, REFUSED, why="stop regexes are not supported; use 'stop' strings"),
+    Field("stop_regex", SAMPLING, USED, v.stop_list, None, why="matched in linear time: no backreferences, "
+          "lookaround or case folding"),
     # -- sampling knobs: the engine's business ------------------------------------------
     # One bound on every surface.  OpenAI documents temperature 0..2, but SGLang's and vLLM's
     # OpenAI servers take any temperature >= 0, so /v1/* takes what /generate takes.

@@ -1,13 +1,13 @@
 """Per-request limits and request ids: what one client may ask of the server.
 
 Each limit bounds work that one request could otherwise make every other
-request pay for: stop strings are matched on every step of every request
-that has them, a batch is tokenized and de-duplicated on the handler's
-thread, and every logprob value is computed in the scheduler's one thread,
-carried through the detokenizer and rendered as JSON by the worker (about
-7 us each at N = 1 on two cores: a million take 7 s and 35 MB, and every
-other request waits ~6 s behind them, since a prompt's are computed in one
-scheduler step).
+request pay for: stop strings and regexes are matched on every step of every
+request that has them (regexes in linear time, :mod:`mtok.managers.stop_regex`),
+a batch is tokenized and de-duplicated on the handler's thread, and every
+logprob value is computed in the scheduler's one thread, carried through the
+detokenizer and rendered as JSON by the worker (about 7 us each at N = 1 on
+two cores: a million take 7 s and 35 MB, and every other request waits ~6 s
+behind them, since a prompt's are computed in one scheduler step).
 So logprobs have two bounds: per token (``--max-logprobs``, vLLM's flag and
 default, OpenAI's cap), and per request (``--max-logprob-entries``: prompts
 x ``n`` x (scored prompt tokens + max new tokens) x (1 + top-k + ids asked
@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from typing import Any, List, Optional, Sequence
 
+from ..managers.stop_regex import PatternError, compile_patterns
 from .validate import bad
 
 RID_PREFIX = "mtok-"
@@ -64,6 +65,24 @@ def check_stops(stops: Optional[List[str]], max_count: int, max_chars: int) -> N
     if total > max_chars:
         raise bad(f"the stop strings hold {total} characters; at most {max_chars} are allowed "
                   "(--max-stop-chars)", "stop")
+
+
+def check_stop_regexes(patterns: Optional[List[str]], max_count: int, max_len: int) -> None:
+    """Few and short enough (``--max-stop-regexes``, ``--max-stop-regex-length``), then
+    compiled: what :mod:`mtok.managers.stop_regex` cannot run is a 400 here, not in the scheduler."""
+    if not patterns:
+        return
+    if len(patterns) > max_count:
+        raise bad(f"{len(patterns)} stop_regex patterns; at most {max_count} are allowed (--max-stop-regexes)",
+                  "stop_regex")
+    longest = max(map(len, patterns))
+    if longest > max_len:
+        raise bad(f"a stop_regex pattern of {longest} characters; at most {max_len} are allowed "
+                  "(--max-stop-regex-length)", "stop_regex")
+    try:
+        compile_patterns(patterns)
+    except PatternError as e:
+        raise bad(f"'stop_regex': {e}", "stop_regex") from None
 
 
 def check_batch_size(n: int, limit: int, param: str) -> None:

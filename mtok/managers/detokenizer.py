@@ -30,7 +30,7 @@ class DecodeStatus(DecodeState):
         super().__init__(skip, spaces)
         self.sent = 0  # characters of committed text already sent
         self.unsent = ""  # committed text held back (it may begin a stop string)
-        self.stops = stops  # held back while streaming; None when trimming is off
+        self.stops = stops  # held back while streaming; None when trimming is off (else a list, maybe empty)
 
 
 class DetokenizerManager:
@@ -78,7 +78,8 @@ class DetokenizerManager:
         )
         if recv.logprobs is not None:
             out.logprobs = self.logprob_triples(recv)
-        out.output_strs = _release(states, new_texts, finals, recv.stop_str_offsets or [None] * len(states))
+        none = [None] * len(states)
+        out.output_strs = _release(states, new_texts, finals, recv.stop_str_offsets or none, recv.stop_holds or none)
         self._bound_states()
         return out
 
@@ -94,7 +95,7 @@ class DetokenizerManager:
             if st is None:
                 trim = not recv.no_stop_trim[i]
                 st = DecodeStatus(recv.skip_special_tokens[i], recv.spaces_between_special_tokens[i],
-                                  recv.stop[i] if trim else None)
+                                  (recv.stop[i] or []) if trim else None)
             reason = recv.finished_reasons[i]
             ids = recv.decode_ids[i]
             if reason is not None and _trims_stop_token(reason, ids, recv.no_stop_trim[i]):
@@ -177,12 +178,13 @@ def _triples(rows: list, texts: Optional[Dict[int, str]]) -> list:
 
 
 def _release(states: List[DecodeStatus], new_texts: List[str], finals: List[bool],
-             stop_offsets: List[Optional[int]]) -> List[str]:
+             stop_offsets: List[Optional[int]], holds: List[Optional[int]]) -> List[str]:
     """Each request's text to send now: its new text after what was held back,
-    cut at the stop string when it ended on one, less what may begin a stop
-    string while it runs (held back for the next step)."""
+    cut at the stop string (or regex match) when it ended on one, less what may
+    begin a stop string, or belong to a regex match under way (from ``hold``),
+    while it runs (held back for the next step)."""
     out = []
-    for st, new, final, stop_offset in zip(states, new_texts, finals, stop_offsets):
+    for st, new, final, stop_offset, hold in zip(states, new_texts, finals, stop_offsets, holds):
         text = st.unsent + new if st.unsent else new
         if final:
             if stop_offset is not None and st.stops is not None:
@@ -192,6 +194,8 @@ def _release(states: List[DecodeStatus], new_texts: List[str], finals: List[bool
             end = len(text) - stop_holdback(text, st.stops)
         else:
             end = len(text)
+        if hold is not None and not final:
+            end = min(end, max(0, hold - st.sent))
         out.append(text[:end])
         st.unsent = text[end:]
         st.sent += end

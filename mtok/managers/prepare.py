@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
-from ..api.limits import (check_batch_size, check_client_rids, check_logprob_entries, check_stops,
-                          check_top_logprobs)
+from ..api.limits import (check_batch_size, check_client_rids, check_logprob_entries, check_stop_regexes,
+                          check_stops, check_top_logprobs)
 from ..api.validate import bad, show
 from ..wire.args import ServerArgs
 from ..wire.io_struct import GenerateReqInput, TokenizedEmbeddingReqInput, TokenizedGenerateReqInput
@@ -52,6 +52,7 @@ def generate_reqs(obj: GenerateReqInput, prompts: List[List[int]], model: ModelE
         sp = obj.params_at(i)
         if sp is not checked:
             check_stops(sp.stop, args.max_stop_strings, args.max_stop_chars)
+            check_stop_regexes(sp.stop_regex, args.max_stop_regexes, args.max_stop_regex_length)
             checked = sp
         where = f" (prompt {i})" if obj.is_batch else ""
         if not ids:
@@ -93,7 +94,7 @@ def check_skip_tokenizer_init(obj: GenerateReqInput, args: ServerArgs) -> None:
         return
     if obj.text is not None:
         raise bad("this server runs with --skip-tokenizer-init: give 'input_ids', not text", "text")
-    if any(obj.params_at(i).stop for i in range(obj.batch_size)):
+    if any(obj.params_at(i).stop or obj.params_at(i).stop_regex for i in range(obj.batch_size)):
         raise bad("this server runs with --skip-tokenizer-init: it cannot match stop strings; "
                   "use 'stop_token_ids'", "stop")
 

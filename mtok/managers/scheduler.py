@@ -3,9 +3,10 @@
 Between steps new requests join the running batch (up to
 ``--max-running-requests``; the rest wait, up to ``--max-queued-requests``,
 and beyond that are refused with 503).  Every step advances every running
-request by one token; stop tokens, eos, stop strings and ``max_new_tokens``
-end a request here, so no engine step is spent past its end.  Each step's new
-tokens for the whole batch go to the detokenizer as one ``BatchTokenIDOutput``.
+request by one token; stop tokens, eos, stop strings, stop regexes
+(:mod:`mtok.managers.stop_regex`) and ``max_new_tokens`` end a request
+here, so no engine step is spent past its end.  Each step's new tokens for
+the whole batch go to the detokenizer as one ``BatchTokenIDOutput``.
 
 The :class:`Scheduler` is the process's core and does no I/O: messages go in
 through :meth:`Scheduler.handle`, :meth:`Scheduler.advance` runs what is due,
@@ -25,6 +26,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 from ..wire.args import ServerArgs
 from .decoding import DecodeState, IncrementalDecoder, find_stop
+from .stop_regex import StopRegexes
 from ..engines import EngineContext, EngineOutput, capability_refusal, load_engine
 from ..wire.finish import FinishAbort, FinishLength, FinishReason, FinishStop, as_finish
 from ..wire.io_struct import (
@@ -53,7 +55,7 @@ class Req:
 
     __slots__ = (
         "rid", "input_ids", "output_ids", "sampling_params", "worker_address", "model",
-        "finished_reason", "new_ids", "decode", "checked", "stop_offset", "tail", "max_stop_len",
+        "finished_reason", "new_ids", "decode", "checked", "stop_offset", "tail", "max_stop_len", "regexes",
         "logprobs", "lora_path", "new_logprobs", "engine_finish", "engine_rows",
     )
 
@@ -67,11 +69,14 @@ class Req:
         self.new_ids: List[int] = []
         self.finished_reason: Optional[FinishReason] = None
         sp = self.sampling_params
-        self.decode = DecodeState(sp.skip_special_tokens, sp.spaces_between_special_tokens) if sp.stop else None
+        stops = sp.stop or sp.stop_regex
+        self.decode = DecodeState(sp.skip_special_tokens, sp.spaces_between_special_tokens) if stops else None
         self.checked = 0  # length of decoded text already searched for stop strings
         self.stop_offset: Optional[int] = None
         self.tail = ""  # the last committed characters, as many as the longest stop string
         self.max_stop_len = max(map(len, sp.stop), default=0)
+        # checked by the TokenizerManager (mtok.api.limits), so compiling cannot fail here
+        self.regexes = StopRegexes(sp.stop_regex) if sp.stop_regex else None
         self.logprobs = msg.logprobs
         self.lora_path = msg.lora_path
         self.new_logprobs: Optional[Dict[str, list]] = None  # since the last output, when logprobs are on
@@ -332,13 +337,17 @@ class Scheduler(LogprobSteps, AsyncEngineSupport, SchedulerRpc):
         view = committed + req.decode.pending
         base = req.decode.length - len(committed)  # where view[0] sits in the whole text
         start, req.checked = req.checked - base, base + len(view)
-        req.tail = committed[-req.max_stop_len:]
-        if len(req.output_ids) < sp.min_new_tokens:
-            return
-        hit = find_stop(view, sp.stop, start)
-        if hit is not None:
-            req.finished_reason = FinishStop(hit[1])
-            req.stop_offset = base + hit[0]
+        req.tail = committed[-req.max_stop_len:] if req.max_stop_len else ""
+        ready = len(req.output_ids) >= sp.min_new_tokens
+        # regexes see committed text only, each character once (stop strings also search the pending tail)
+        hits = [req.regexes.feed(new, ready)] if req.regexes is not None else []
+        if ready and sp.stop:
+            hit = find_stop(view, sp.stop, start)
+            hits.append(None if hit is None else (base + hit[0], hit[1]))
+        first = min((h for h in hits if h is not None), default=None, key=lambda h: h[0])
+        if first is not None:
+            req.finished_reason = FinishStop(first[1])
+            req.stop_offset = first[0]
 
     def queue_outputs(self, batch: Sequence[Req]) -> None:
         reqs = list(batch) + self.pending_output
@@ -362,6 +371,12 @@ class Scheduler(LogprobSteps, AsyncEngineSupport, SchedulerRpc):
             out.no_stop_trim.append(sp.no_stop_trim)
             out.stop.append(sp.stop or None)
             out.stop_str_offsets.append(r.stop_offset)
+            if r.regexes is not None and not sp.no_stop_trim:
+                if out.stop_holds is None:
+                    out.stop_holds = [None] * (len(out.stop_str_offsets) - 1)
+                out.stop_holds.append(r.regexes.hold_from())
+            elif out.stop_holds is not None:
+                out.stop_holds.append(None)
             r.new_ids = []
             r.new_logprobs = None
         self.outbox.append(out)

@@ -27,6 +27,7 @@ class SamplingParams:
     max_new_tokens: int = _default("max_new_tokens")
     min_new_tokens: int = _default("min_new_tokens")
     stop: List[str] = field(default_factory=list)
+    stop_regex: List[str] = field(default_factory=list)  # matched by mtok.managers.stop_regex
     stop_token_ids: List[int] = field(default_factory=list)
     ignore_eos: bool = _default("ignore_eos")
     skip_special_tokens: bool = _default("skip_special_tokens")
@@ -174,6 +175,9 @@ class BatchTokenIDOutput(BaseBatchReq):
     # where a matched stop string starts in the decoded text, so the
     # detokenizer trims exactly where the scheduler stopped
     stop_str_offsets: List[Optional[int]] = field(default_factory=list)
+    # set when a request has stop regexes: per request, where a match under way
+    # began (text from there on is held back from the stream), or None
+    stop_holds: Optional[List[Optional[int]]] = None
     models: Optional[List[Optional[str]]] = None
     # per request, None unless it asked for logprobs: {key: rows} where a key is
     # one of LOGPROB_KEYS and a row is (logprob, id) or a list of those (or None)
