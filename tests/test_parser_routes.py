@@ -52,6 +52,28 @@ def test_separate_reasoning_as_sglang(srv):
     assert body == {"reasoning_text": "", "text": "plain", "reasoning_blocks": [], "text_blocks": ["plain"]}
 
 
+@pytest.mark.parametrize("name", ["qwen3", "glm45", "kimi_k2", "interns1"])
+def test_separate_reasoning_without_toggles_reads_unopened_text_as_text(srv, name):
+    """Issue 25: SGLang's route builds the parser with no request toggles, so a
+    hybrid-thinking format takes its detector's default (not forced): text with
+    no start marker is text.  ``enable_thinking: true`` asks for the template's
+    opened block, as the chat path assumes by default."""
+    text = "thoughts</think>answer"
+    _, body = srv.post("/separate_reasoning", {"text": text, "reasoning_parser": name})
+    assert body == {"reasoning_text": "", "text": text}
+    _, body = srv.post("/separate_reasoning", {"text": "<think>t</think>a", "reasoning_parser": name})
+    assert body == {"reasoning_text": "t", "text": "a"}
+    key = "thinking" if name == "kimi_k2" else "enable_thinking"
+    _, body = srv.post("/separate_reasoning", {"text": text, "reasoning_parser": name,
+                                               "chat_template_kwargs": {key: True}})
+    assert body == {"reasoning_text": "thoughts", "text": "answer"}
+
+
+def test_separate_reasoning_keeps_always_thinking_formats_forced(srv):
+    _, body = srv.post("/separate_reasoning", {"text": "thoughts</think>answer", "reasoning_parser": "qwen3-thinking"})
+    assert body == {"reasoning_text": "thoughts", "text": "answer"}
+
+
 @pytest.mark.parametrize("name,opened", [
     ("glm45", "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Pa"),
     ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPa"),

@@ -3,6 +3,11 @@
 ``mtok.parsers`` on a text the client sends, in SGLang's request and response
 shapes.  They run in the worker, like tokenization; nothing reaches the engine.
 
+No template ran before ``/separate_reasoning``'s text, so a hybrid-thinking
+format (``qwen3``) reads reasoning only from an explicit start marker unless
+the request's ``chat_template_kwargs`` turn thinking on, as SGLang's route
+builds its parser without a chat request's toggles.
+
 Where SGLang requires a parser name, mtok falls back to the one the server was
 started with (``--tool-call-parser`` / ``--reasoning-parser`` for the request's
 ``model``), and answers 400 when there is none.
@@ -80,7 +85,7 @@ class ParserRoutes:
         model = self.tm.model(get_str(body, "model")).name
         name = pick_parser(body, "reasoning_parser", self.configured_parsers()["reasoning"], model,
                            REASONING_FORMATS)
-        reasoning, content = make_reasoning_parser(name, kwargs).parse(text)
+        reasoning, content = make_reasoning_parser(name, kwargs, template_opens=False).parse(text)
         out = {"reasoning_text": reasoning, "text": content}
         if get_bool(body, "return_blocks", False):
             out["reasoning_blocks"] = [reasoning] if reasoning else []

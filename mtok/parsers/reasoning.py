@@ -4,8 +4,9 @@ Names and behaviour follow SGLang's ``srt/parser/reasoning_parser.py``:
 
 * ``deepseek-r1`` -- reasoning until ``</think>`` even without an opening
   ``<think>`` (the model's template opens it); also ``step3``, ``gigachat35``.
-* ``qwen3`` -- ``<think>...</think>``; with ``enable_thinking`` (the default)
-  the template has opened the block, so the output is reasoning until
+* ``qwen3`` -- ``<think>...</think>``; with ``enable_thinking`` (the chat
+  path's default; ``/separate_reasoning``, where no template ran, defaults to
+  off as SGLang's route does) the template has opened the block, so the output is reasoning until
   ``</think>``; with ``chat_template_kwargs.enable_thinking: false`` only an
   explicit ``<think>`` starts reasoning.  A ``<tool_call>`` met before
   ``</think>`` ends the reasoning (Qwen3.5 sometimes skips the close).
@@ -167,20 +168,28 @@ class ReasoningStream(object):
         return self._reasoning_to(self.end_at), self._content(text)
 
 
-def thinking_enabled(kwargs, key):
-    """SGLang's default for ``reasoning_default`` formats: on unless the request's
-    ``chat_template_kwargs[key]`` is ``False``."""
-    return not kwargs or kwargs.get(key) is not False
+def thinking_enabled(kwargs, key, default=True):
+    """Whether a ``reasoning_default`` format's block is open: the request's
+    ``chat_template_kwargs[key]`` when set (anything but ``False`` is on), else
+    ``default``."""
+    value = kwargs.get(key)
+    return default if value is None else value is not False
 
 
-def make_reasoning_parser(name, chat_template_kwargs=None):
-    """The parser SGLang's ``--reasoning-parser NAME`` gives, set up for one request."""
+def make_reasoning_parser(name, chat_template_kwargs=None, template_opens=True):
+    """The parser SGLang's ``--reasoning-parser NAME`` gives, set up for one request.
+
+    ``template_opens`` is what a hybrid-thinking format assumes when the request
+    does not say: True on the chat path (the template opened the block, as
+    SGLang's chat serving assumes), False where no template ran
+    (``/separate_reasoning``: SGLang builds its detector with its own default,
+    not forced)."""
     kwargs = chat_template_kwargs or {}
     spec = REASONING_FORMATS.get(name)
     if spec is None:
         raise KeyError(name)
     start, end, tool_start, default = spec
-    force = default is True or (isinstance(default, str) and thinking_enabled(kwargs, default))
+    force = default is True or (isinstance(default, str) and thinking_enabled(kwargs, default, template_opens))
     return ReasoningParser(name, start, end, force=force, tool_start=tool_start)
 
 
