@@ -20,7 +20,9 @@ BACKENDS = ("auto", "hf", "python")
 
 DEFAULT_TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "default")
 
-# Used only when no tokenizer_config.json names the eos token.
+# Used only when no tokenizer_config.json names the eos token: the first of
+# these that is a special added token, else the first in the vocabulary (Gemma 3
+# has both "<eos>", special, and "</s>", an ordinary token).
 _EOS_GUESSES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>", "<|im_end|>")
 
 
@@ -108,12 +110,17 @@ class Tokenizer:
         self.added_token_ids: FrozenSet[int] = frozenset(added)
         self.special_ids: FrozenSet[int] = frozenset(i for i, (_, special) in added.items() if special)
         self._added_content = {i: content for i, (content, _) in added.items()}
-        eos_names = files.eos_tokens or [t for t in _EOS_GUESSES if self.token_to_id(t) is not None][:1]
+        eos_names = files.eos_tokens or self._guess_eos()
         self.eos_token_ids: FrozenSet[int] = frozenset(
             i for i in (self.token_to_id(t) for t in eos_names) if i is not None
         )
         self.bos_token_id: Optional[int] = self.token_to_id(files.bos_token) if files.bos_token else None
         self.max_model_len: Optional[int] = files.model_max_length
+
+    def _guess_eos(self) -> List[str]:
+        known = [t for t in _EOS_GUESSES if self.token_to_id(t) is not None]
+        special = [t for t in known if self.token_to_id(t) in self.special_ids]
+        return (special or known)[:1]
 
     @functools.cached_property
     def byte_token_ids(self) -> FrozenSet[int]:
