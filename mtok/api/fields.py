@@ -40,6 +40,8 @@ USED, FORWARDED, IGNORED, REFUSED = "used", "forwarded", "ignored", "refused unl
 # Where a field may appear: the native /generate body, its sampling_params, the
 # native /encode body, and OpenAI's completions, chat completions, embeddings.
 GEN, SP, ENC, CMPL, CHAT, EMB = "generate", "sampling_params", "encode", "completions", "chat", "embeddings"
+# SGLang's scoring routes and OpenAI's Responses API (mtok.api.scoring, mtok.api.responses).
+SCORE, RERANK, RESP = "score", "rerank", "responses"
 OAI = frozenset((CMPL, CHAT))
 SAMPLING = frozenset((SP, CMPL, CHAT))
 
@@ -178,6 +180,20 @@ TABLE: Tuple[Field, ...] = (
     Field("embed_dtype", _where(EMB), REFUSED, default="float32", why="embeddings are float32"),
     Field("endianness", _where(EMB), REFUSED, default="native", why="embeddings are sent in native byte order"),
     Field("rid", _where(ENC, EMB), IGNORED), Field("sampling_params", _where(ENC), IGNORED),
+    # -- /v1/score and /v1/rerank (SGLang's ScoringRequest, V1RerankReqInput) -----------------
+    *_rows(USED, [SCORE], "query items label_token_ids"),
+    Field("apply_softmax", _where(SCORE), USED, v.as_bool, False),
+    Field("item_first", _where(SCORE), USED, v.as_bool, False),
+    Field("return_token_logprobs", _where(SCORE), USED, v.as_bool, False),
+    Field("temperature", _where(SCORE), USED, lambda x, n: v.as_float(x, n, 0.0, 100.0), 1.0,
+          why="divides the label logprobs before the softmax; above 0, and only with apply_softmax"),
+    *_rows(REFUSED, [SCORE], "embed_override_token_id query_embed_overrides item_embed_overrides "
+           "return_pooled_hidden_states score_extraction_token", "this server does not support it"),
+    *_rows(USED, [RERANK], "query documents"),
+    Field("top_n", _where(RERANK), USED, why="checked by the route, in SGLang's words"),
+    Field("return_documents", _where(RERANK), USED, v.as_bool, True),
+    Field("instruct", _where(RERANK), REFUSED, why="reranking is by embeddings here, with no reranker template"),
+    Field("model", _where(SCORE, RERANK), USED, v.as_str),
     # -- meaningless here: routing, tracing, accounting, caching hints ----------------------------
     *_rows(IGNORED, [GEN, SP, ENC, OAI, EMB], "routed_dp_rank data_parallel_rank disagg_prefill_dp_rank "
            "bootstrap_host bootstrap_port bootstrap_room bootstrap_pair_key decode_tp_size priority log_metrics "

@@ -23,6 +23,12 @@ requests); with ``lora`` it reads ``req.lora_path``; with ``regex`` /
 ``json_schema`` / ``ebnf`` / ``structural_tag`` / ``logit_bias`` it reads
 those fields of ``req.sampling_params``.
 
+**Scoring.** ``/v1/score`` asks for the label ids' logprobs at the position
+after each prompt (one new token, ``token_ids_logprob``: what SGLang's own
+scoring asks its scheduler), so an engine with ``token_ids_logprob`` scores
+and one without refuses; ``/v1/rerank`` compares :meth:`Engine.embed` vectors,
+so an engine that embeds reranks (:mod:`mtok.api.scoring`).
+
 **Asynchronous engines.** An engine that batches on its own -- an upstream
 server streaming tokens when it has them (:mod:`mtok.engines.upstream`) --
 sets ``asynchronous = True``.  Its :meth:`Engine.step` then answers, per

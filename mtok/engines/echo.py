@@ -16,6 +16,11 @@ is the same echo), ``max_new_tokens: 0`` (prompt scoring) and ``/flush_cache``
 logit bias and LoRA adapters, which it cannot honour.  It also embeds (``/v1/embeddings``,
 ``/encode``): a deterministic bag-of-tokens vector, cheap enough for tests and
 benchmarks.
+
+Its scores follow (``/v1/score``, :mod:`mtok.api.scoring`): the next token after a
+prompt P is P[0], so label ``t`` gets probability ``2 ** -(1 + (t - P[0]) mod V)``
+(P = query + item, or item + query with ``item_first``); its reranking
+(``/v1/rerank``) is the cosine of the two texts' embeddings.
 """
 
 from __future__ import annotations
