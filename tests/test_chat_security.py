@@ -183,19 +183,24 @@ def test_what_jinja2_renders_as_an_unsafe_undefined_prints_nothing_secret():
 
 @pytest.mark.unit
 def test_a_stricter_sandbox_is_one_subclass():
-    """Every lookup of the python backend goes through the policy: tightening it tightens |attr,
-    attribute=, format fields and plain lookups at once."""
-    from mtok.chat.sandbox import SANDBOX, Sandbox
+    """Every lookup of the python backend goes through the template's policy: tightening it tightens
+    plain lookups, |attr, attribute=, format fields and calls at once."""
+    from mtok.chat import ChatTemplate, TemplateError
+    from mtok.chat.sandbox import Sandbox
 
     class NoUpper(Sandbox):
         def is_safe_attribute(self, obj, attr):
             return attr != "upper" and super().is_safe_attribute(obj, attr)
 
-    strict = NoUpper()
-    assert strict.getattr("a", "upper").__class__.__name__ == "Undefined"
-    assert strict.attr("a", "upper").__class__.__name__ == "Undefined"
-    assert strict.format_method("{0.upper}", False)("a") == ""
-    assert callable(SANDBOX.attr("a", "upper"))
+    for src in ("{{ x.upper() }}", "{{ (x|attr('upper'))() }}", "{{ ([x]|map(attribute='upper')|first)() }}",
+                "{{ x['upper']() }}", "{{ [x]|sort(attribute='upper.x') }}"):
+        assert ChatTemplate(src, "python").render(x="a") in ("A", "['a']")
+        with pytest.raises(TemplateError) as info:
+            ChatTemplate(src, "python", sandbox=NoUpper()).render(x="a")
+        assert info.value.kind == "security", src
+    fields = "{{ '{0.upper}'.format(x) }}"
+    assert ChatTemplate(fields, "python").render(x="a").startswith("<built-in method upper")
+    assert ChatTemplate(fields, "python", sandbox=NoUpper()).render(x="a") == ""
 
 
 def test_a_template_over_http_cannot_read_the_api_key(server_factory, tmp_path):

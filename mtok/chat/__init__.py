@@ -56,20 +56,25 @@ class ChatTemplate:
     """A chat template, compiled once by one backend and rendered any number of times.
 
     ``render(**context)`` returns the rendered string or raises :class:`TemplateError`.
-    It is safe to call from several threads.  ``backend`` is the concrete backend in use.
+    It is safe to call from several threads.  ``backend`` is the concrete backend in use;
+    ``limits`` bound every render; ``sandbox`` (python backend) is a stricter
+    :class:`~mtok.chat.sandbox.Sandbox` than the default.
     """
 
-    def __init__(self, source: str, backend: str = "auto", limits: Optional[Limits] = None):
+    def __init__(self, source: str, backend: str = "auto", limits: Optional[Limits] = None, sandbox: Any = None):
         if not isinstance(source, str):
             raise TemplateError(f"a chat template is a string, not {type(source).__name__}", "config")
         self.source = source
         self.backend = resolve_backend(backend)
         self.limits = limits or Limits()
         if self.backend == "jinja2":
+            if sandbox is not None:
+                raise TemplateError("a sandbox policy is the python backend's (jinja2's is its environment)", "config")
             self._impl: Any = jinja2_backend.Jinja2Template(source, self.limits)
         else:
             from .engine import compile_template
-            self._impl = compile_template(source, self.limits)
+            from .sandbox import SANDBOX
+            self._impl = compile_template(source, self.limits, sandbox or SANDBOX)
 
     def render(self, **context: Any) -> str:
         return self._impl.render(context)

@@ -22,16 +22,17 @@ from .filters import FILTERS
 from .predicates import TESTS
 from .runtime import MISSING, LoopContext, Macro
 from .fold import Impossible, const_value, has_safe_repr, has_slice
-from .sandbox import SANDBOX
+from .sandbox import Sandbox
 
-# What generated code sees besides its own bindings (filters, tests, constants).
-BASE_NAMESPACE: Dict[str, Any] = {
-    "ga": SANDBOX.getattr, "gi": SANDBOX.getitem, "call": SANDBOX.call, "add": SANDBOX.add, "mul": SANDBOX.mul,
-    "pow_": SANDBOX.pow_, "mod": SANDBOX.mod, "concat": SANDBOX.concat, "s": guards.printed, "cmp": guards.compared,
-    "setns": SANDBOX.setns,
-    "LoopContext": LoopContext,
-    "Macro": Macro, "MISSING": MISSING, "__builtins__": {"list": list, "slice": slice, "str": str},
-}
+def base_namespace(sandbox: Sandbox) -> Dict[str, Any]:
+    """What generated code sees besides its own bindings: ``sandbox``'s methods, the checks, the runtime."""
+    return {
+        "ga": sandbox.getattr, "gi": sandbox.getitem, "call": sandbox.call, "add": sandbox.add, "mul": sandbox.mul,
+        "pow_": sandbox.pow_, "mod": sandbox.mod, "concat": sandbox.concat, "s": guards.printed,
+        "cmp": guards.compared, "setns": sandbox.setns, "LoopContext": LoopContext, "Macro": Macro, "MISSING": MISSING,
+        "__builtins__": {"list": list, "slice": slice, "str": str},
+    }
+
 
 _PLAIN_BINOPS = {"-": "-", "/": "/", "//": "//"}
 _GUARDED_BINOPS = {"+": "add", "*": "mul", "**": "pow_", "%": "mod"}

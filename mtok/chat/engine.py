@@ -15,13 +15,14 @@ import warnings
 from itertools import islice
 from typing import Any, Callable, Dict, List, Tuple
 
-from .compile_expr import BASE_NAMESPACE
+from .compile_expr import base_namespace
 from .filter_guards import strftime_now
 from .compiler import generate
 from .errors import TemplateError
 from .limits import Budget, Limits
 from .parser import parse
 from .runtime import Cycler, Joiner, Namespace, undefined_name
+from .sandbox import SANDBOX, Sandbox, active
 
 
 def raise_exception(message: Any) -> None:
@@ -82,15 +83,16 @@ class CompiledTemplate:
 
     backend = "python"
 
-    def __init__(self, source: str, limits: Limits):
+    def __init__(self, source: str, limits: Limits, sandbox: Sandbox = SANDBOX):
         self.limits = limits
+        self.sandbox = sandbox
         body = parse(source)
-        with limits.budget():  # generating folds constants: that work is bounded as a render's is
+        with limits.budget(), active(sandbox):  # generating folds constants: bounded and sandboxed as a render
             self.python_source, self.line_map, namespace = generate(body)
         with warnings.catch_warnings():  # Python warns on literal subscripts such as None[1:]; jinja2 errs at run time
             warnings.simplefilter("ignore", SyntaxWarning)
             code = compile(self.python_source, "<chat template>", "exec")
-        namespace.update(BASE_NAMESPACE)
+        namespace.update(base_namespace(sandbox))
         exec(code, namespace)
         self._root: Callable[..., List[str]] = namespace["root"]
 
@@ -108,7 +110,7 @@ class CompiledTemplate:
             return names[name] if name in names else undefined_name(name)
 
         try:
-            with rt:
+            with rt, active(self.sandbox):
                 out = self._root(resolve, rt)
         except TemplateError as exc:
             if exc.lineno is None:
@@ -131,9 +133,9 @@ class CompiledTemplate:
         return lineno
 
 
-def compile_template(source: str, limits: Limits) -> CompiledTemplate:
+def compile_template(source: str, limits: Limits, sandbox: Sandbox = SANDBOX) -> CompiledTemplate:
     try:
-        return CompiledTemplate(source, limits)
+        return CompiledTemplate(source, limits, sandbox)
     except RecursionError:
         raise TemplateError("the template is nested too deeply", "syntax") from None
     except SyntaxError as exc:  # Python refused the generated code (e.g. over 20 nested blocks)

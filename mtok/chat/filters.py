@@ -29,7 +29,7 @@ from .predicates import TESTS
 from .runtime import Undefined
 from .filter_guards import guard_filter
 from .guards import printed
-from .sandbox import SANDBOX
+from .sandbox import policy
 
 _WORD_START = re.compile(r"([-\s({\[<]+)")
 _WORD = re.compile(r"\w+")
@@ -55,10 +55,11 @@ def _parts(attribute: Any) -> List[Any]:
 def attrgetter(attribute: Any, postprocess: Optional[Callable] = None, default: Any = None) -> Callable:
     """Looks ``"a.b.0"`` up in an item with the template's item rules (jinja2's make_attrgetter)."""
     parts = _parts(attribute)
+    getitem = policy().getitem
 
     def get(item: Any) -> Any:
         for part in parts:
-            item = SANDBOX.getitem(item, part)
+            item = getitem(item, part)
             if default is not None and isinstance(item, Undefined):
                 item = default
         return postprocess(item) if postprocess is not None else item
@@ -292,7 +293,7 @@ def do_reverse(value: Any) -> Any:
 
 
 def do_attr(obj: Any, name: str) -> Any:
-    return SANDBOX.attr(obj, name)
+    return policy().attr(obj, name)
 
 
 def _filter_func(name: str) -> Callable:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import operator
 from typing import Any, Callable, Dict
 
-from .sandbox import SANDBOX
+from . import guards
+from .sandbox import policy
 from .filters import FILTERS
 from .predicates import TESTS
 from .symbols import expr_children
@@ -27,8 +28,8 @@ class Impossible(Exception):
 
 _CONTEXT_FILTERS = frozenset(["map", "select", "reject", "selectattr", "rejectattr"])
 _BINOPS: Dict[str, Callable[[Any, Any], Any]] = {
-    "+": SANDBOX.add, "-": operator.sub, "*": SANDBOX.mul, "/": operator.truediv, "//": operator.floordiv,
-    "%": SANDBOX.mod, "**": SANDBOX.pow_}  # the guarded ones refuse huge values, which jinja2 would build
+    "+": guards.add, "-": operator.sub, "*": guards.mul, "/": operator.truediv, "//": operator.floordiv,
+    "%": guards.mod, "**": guards.pow_}  # the guarded ones refuse huge values, which jinja2 would build
 _COMPARE: Dict[str, Callable[[Any, Any], Any]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
     "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}
@@ -109,8 +110,8 @@ _FOLDERS: Dict[str, Callable[[Any], Any]] = {
     "tuple": lambda n: tuple(const_value(i) for i in n.items),
     "list": lambda n: [const_value(i) for i in n.items],
     "dict": lambda n: _guarded(lambda: {const_value(k): const_value(v) for k, v in n.items}),
-    "getattr": lambda n: _guarded(lambda: SANDBOX.getattr(const_value(n.node), n.attr)),
-    "getitem": lambda n: _guarded(lambda: SANDBOX.getitem(const_value(n.node), const_value(n.arg))),
+    "getattr": lambda n: _guarded(lambda: policy().getattr(const_value(n.node), n.attr)),
+    "getitem": lambda n: _guarded(lambda: policy().getitem(const_value(n.node), const_value(n.arg))),
     "slice": _slice,
     "concat": lambda n: "".join(str(const_value(i)) for i in n.items),
     "compare": _compare,

@@ -20,6 +20,10 @@ tighten all of them at once.  Its rules:
   defines, macros, and the public methods of the values in the context; a callable
   marked ``unsafe_callable``/``alters_data`` (jinja2's and Django's markers) is not.
 
+A template is compiled against one policy (``ChatTemplate(..., sandbox=...)``, default
+:data:`SANDBOX`): its generated code calls that policy's methods, and the filters reach
+it as :func:`policy` while it renders.
+
 Operators and calls that build values charge the render's budget first
 (:mod:`mtok.chat.guards`), so a template cannot build past its memory or size limit.
 """
@@ -27,6 +31,7 @@ Operators and calls that build values charge the render's budget first
 from __future__ import annotations
 
 import string
+import threading
 import types
 from collections import abc, deque
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -218,4 +223,26 @@ class _Formatter(string.Formatter):
         return obj, first
 
 
-SANDBOX = Sandbox()  # the policy every template of the python backend is compiled against
+SANDBOX = Sandbox()  # the policy of the python backend's templates unless one is given
+_active = threading.local()
+
+
+class active:
+    """``with active(policy):`` makes ``policy`` the one :func:`policy` gives in this thread (a render's,
+    or a compile's folding), and restores the one before."""
+
+    def __init__(self, sandbox: Sandbox):
+        self.sandbox = sandbox
+
+    def __enter__(self) -> Sandbox:
+        self.outer = getattr(_active, "sandbox", None)
+        _active.sandbox = self.sandbox
+        return self.sandbox
+
+    def __exit__(self, *exc: Any) -> None:
+        _active.sandbox = self.outer
+
+
+def policy() -> Sandbox:
+    """The sandbox of the render (or compile) running in this thread: what filters look values up with."""
+    return getattr(_active, "sandbox", None) or SANDBOX
