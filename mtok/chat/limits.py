@@ -13,10 +13,11 @@ limit and, for the two a deployment tunes, its flag) when it passes one:
 * ``max_memory`` bytes built in all: every operation that builds a string, list,
   bytes or int charges what it built (a character or byte as 1, a list item as 8,
   an int by its bits), *before* building it where its size can be known from its
-  operands (:mod:`mtok.chat.guards`), so peak memory stays below the charge;
+  operands (:mod:`mtok.chat.guards`), so a render's peak memory follows its charge;
 * ``max_output`` characters: of the output, and of any one value built;
-* ``max_steps`` steps: loop iterations, macro and other calls, ``range()`` items and
-  the items filters walk;
+* ``max_steps`` steps: loop iterations, macro and other calls, ``range()`` items, the
+  items filters walk, and the values walked before a container is printed, compared
+  or sorted;
 * ``max_depth`` nested macro calls.
 
 Between two checks the work is bounded (no single value past ``max_output``, no int
