@@ -277,13 +277,3 @@ def test_an_engine_that_cannot_constrain_refuses_naming_the_field(echo, path, bo
     assert "constrain its output" in got["error"]["message"] and "EchoEngine" in got["error"]["message"]
     assert echo.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "ok"}],
                                               "max_tokens": 1})[0] == 200
-
-
-@pytest.mark.parametrize("fmt", [{"type": "json_schema", "json_schema": "x"}, {"type": "json_schema"},
-                                 {"type": "json_schema", "json_schema": {"schema": []}}, {"type": "yaml"}])
-def test_a_malformed_response_format_is_a_400(echo, fmt):
-    """``json_schema`` that is not an object used to reach ``.get`` on a string: a 500."""
-    status, got = echo.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
-                                                     "response_format": fmt})
-    assert status == 400 and got["error"]["param"] == "response_format", got
-    assert echo.get("/health")[0] == 200

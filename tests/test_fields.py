@@ -96,6 +96,7 @@ BASES = {
     fields.CMPL: ("/v1/completions", {"prompt": "fuzz me", "max_tokens": 2}),
     fields.CHAT: ("/v1/chat/completions", {"messages": [{"role": "user", "content": "fuzz me"}], "max_tokens": 2}),
     fields.EMB: ("/v1/embeddings", {"input": "fuzz me"}),
+    fields.RESP: ("/v1/responses", {"input": "fuzz me", "max_output_tokens": 2}),
     fields.SCORE: ("/v1/score", {"query": "fuzz", "items": [" me"], "label_token_ids": [1]}),
     fields.RERANK: ("/v1/rerank", {"query": "fuzz", "documents": ["me"]}),
 }
@@ -198,8 +199,6 @@ def test_sampling_params_takes_its_defaults_from_the_table():
 
     sp = SamplingParams()
     for f in dataclasses.fields(SamplingParams):
-        if f.metadata.get("internal"):
-            continue
         row = fields.FIELDS[fields.SP][f.name]
         assert getattr(sp, f.name) == (row.default if row.default is not None or f.default_factory is
                                        dataclasses.MISSING else []), f.name

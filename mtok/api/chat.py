@@ -18,7 +18,6 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from .chat_prompt import ChatInput, parse_chat_input, render_prompt
-from .constraints import constrain_tool_choice
 from .server import Pending, Request, route
 from . import fields
 from ..wire.io_struct import GenerateReqInput, LogprobParams
@@ -94,13 +93,28 @@ class ChatRoutes:
     def chat_completions(self, req: Request) -> Any:
         body = require_object(req.json())
         got = fields.read(body, fields.CHAT, self.args.strict_fields)  # mtok.api.fields: what each field does
+        obj, model, parsers, usage = self.chat_request(body, got)
+        rid = self.tm.assign_rids(obj)  # the id holds the rid: /abort_request takes it
+        head = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model.name}
+        handle = self.tm.submit(obj, req.watch)
+        if obj.stream:
+            head["object"] = "chat.completion.chunk"
+            events = self._chat_chunks(handle, head, parsers, usage, len(obj.input_ids))  # type: ignore[arg-type]
+            return self.start_stream(handle, events)
+        return Pending(handle, lambda results: self._chat_completion(head, parsers, results))
+
+    def chat_request(self, body: Dict[str, Any], got: Dict[str, Any]
+                     ) -> "tuple[GenerateReqInput, ModelEntry, List[OutputParser], StreamUsage]":
+        """A chat body (``got``: its fields as :func:`fields.read` gave them) as the request to
+        submit, its model, one output parser per choice and what its ``stream_options`` ask
+        (a :class:`~mtok.api.openai.StreamUsage`); /v1/responses (:mod:`mtok.api.responses`)
+        builds on it too."""
         if "messages" not in body:
             raise bad("'messages' is required", "messages")
         _check_chat_only(body)
         sp, usage = parse_openai_sampling(got)
         model = self.tm.model(got.get("model"))
         inp = parse_chat_input(body)
-        constrain_tool_choice(body, got, sp)  # mtok.api.constraints: "required" / a named tool as a JSON schema
         inp.kwargs = dict(template_extras(body), **(inp.kwargs or {}))
         ids = prompt_ids(model, inp)
         if not ids:
@@ -111,14 +125,7 @@ class ChatRoutes:
                                model=model.name, lora_path=got.get("lora_path"), logprobs=chat_logprobs(got),
                                rid=parse_rid(got.get("rid"), False, 1))
         parsers = [make_output_parser(body, model, self.args) for _ in range(obj.num_outputs)]  # one per choice
-        rid = self.tm.assign_rids(obj)  # the id holds the rid: /abort_request takes it
-        head = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model.name}
-        handle = self.tm.submit(obj, req.watch)
-        if obj.stream:
-            head["object"] = "chat.completion.chunk"
-            events = self._chat_chunks(handle, head, parsers, usage, len(obj.input_ids))  # type: ignore[arg-type]
-            return self.start_stream(handle, events)
-        return Pending(handle, lambda results: self._chat_completion(head, parsers, results))
+        return obj, model, parsers, usage
 
     def _chat_completion(self, head: Dict[str, Any], parsers: List[OutputParser], results: List[Any]) -> Any:
         choices = []

@@ -124,9 +124,7 @@ TABLE: Tuple[Field, ...] = (
     Field("json_schema", _where(SAMPLING), FORWARDED, v.as_str, capability="json_schema"),
     Field("ebnf", _where(SAMPLING), FORWARDED, v.as_str, capability="ebnf"),
     Field("structural_tag", _where(SP), FORWARDED, v.as_str, capability="structural_tag"),
-    Field("response_format", OAI, FORWARDED, v.as_object, capability="json_schema",
-          why="`json_object` and `json_schema` as a JSON schema, `structural_tag` as one (capability "
-              "`structural_tag`); `text` constrains nothing"),
+    Field("response_format", OAI, FORWARDED, v.as_object, capability="json_schema"),
     Field("structured_outputs", OAI, REFUSED, why="use 'regex', 'json_schema', 'ebnf' or 'response_format'"),
     # -- logprobs --------------------------------------------------------------------------
     Field("return_logprob", _where(GEN), USED, v.as_bool, False, capability="logprobs"),
@@ -143,9 +141,7 @@ TABLE: Tuple[Field, ...] = (
     Field("lora_path", _where(GEN, ENC, OAI, EMB), FORWARDED, v.as_str, capability="lora"),
     Field("lora_id", _where(GEN, ENC), FORWARDED, v.as_str, capability="lora"),
     # -- the chat endpoint's own fields (read by mtok's chat route) --------------------------
-    *_rows(USED, [CHAT], "tools chat_template_kwargs documents"),
-    Field("tool_choice", _where(CHAT), USED, why="`required` or a named function: a JSON-schema constraint "
-                                                   "(engine capability `json_schema`), read back as the calls"),
+    *_rows(USED, [CHAT], "tools tool_choice chat_template_kwargs documents"),
     Field("continue_final_message", _where(CHAT), USED, v.as_bool, False),
     Field("add_generation_prompt", _where(CHAT), USED, v.as_bool, why="without it, not continue_final_message"),
     Field("parallel_tool_calls", _where(CHAT), USED, v.as_bool, True),
@@ -198,6 +194,23 @@ TABLE: Tuple[Field, ...] = (
     Field("return_documents", _where(RERANK), USED, v.as_bool, True),
     Field("instruct", _where(RERANK), REFUSED, why="reranking is by embeddings here, with no reranker template"),
     Field("model", _where(SCORE, RERANK), USED, v.as_str),
+    # -- /v1/responses: read here, then as a chat completion (mtok.api.responses) ----------------
+    *_rows(USED, [RESP], "input tools tool_choice reasoning text metadata chat_template_kwargs"),
+    Field("instructions", _where(RESP), USED, v.as_str),
+    Field("max_output_tokens", _where(RESP), USED, _int1, why="without it, the rest of the context"),
+    Field("stream", _where(RESP), USED, v.as_bool, False),
+    Field("store", _where(RESP), USED, v.as_bool, True, why="accepted; nothing is kept (no response store)"),
+    Field("previous_response_id", _where(RESP), REFUSED,
+          why="this server keeps no responses (SGLang without --enable-response-store)"),
+    Field("background", _where(RESP), REFUSED, default=False, why="background responses need a response store"),
+    Field("truncation", _where(RESP), REFUSED, default="disabled", why="prompts are never truncated"),
+    *_rows(REFUSED, [RESP], "include max_tool_calls", _RETURN),
+    Field("top_logprobs", _where(RESP), REFUSED, default=0, why=_RETURN),
+    Field("parallel_tool_calls", _where(RESP), USED, v.as_bool, True),
+    # checked by the chat completions rows they become
+    *_rows(USED, [RESP], "model temperature top_p top_k min_p frequency_penalty presence_penalty "
+           "repetition_penalty stop seed user", why="checked as on chat"),
+    *_rows(IGNORED, [RESP], "service_tier request_id priority prompt_cache_key safety_identifier"),
     # -- meaningless here: routing, tracing, accounting, caching hints ----------------------------
     *_rows(IGNORED, [GEN, SP, ENC, OAI, EMB], "routed_dp_rank data_parallel_rank disagg_prefill_dp_rank "
            "bootstrap_host bootstrap_port bootstrap_room bootstrap_pair_key decode_tp_size priority log_metrics "
@@ -305,8 +318,8 @@ def markdown() -> str:
     lines = ["# Request fields", "",
              "Generated from `mtok/api/fields.py` by `python -m mtok.api.fields > docs/fields.md`; do not edit by hand.",
              "Where: `generate` (`/generate`), `sampling_params` (its `sampling_params`), `encode` (`/encode`),",
-             "`completions`, `chat` and `embeddings` (`/v1/...`).  A field in no row is ignored and logged once",
-             "(`--strict-fields`: a 400).", "",
+             "`completions`, `chat`, `embeddings`, `responses`, `score` and `rerank` (`/v1/...`).  A field in no row",
+             "is ignored and logged once (`--strict-fields`: a 400).", "",
              "| field | aliases | where | what mtok does | default |", "|---|---|---|---|---|"]
     for f in sorted(TABLE, key=lambda f: (_ORDER.index(f.action), f.name)):
         what = f.action

@@ -23,6 +23,7 @@ from ..wire.metrics import read as read_metrics
 from ..wire.metrics import render as render_metrics
 from .openai import OpenAIRoutes, embedding_inputs, refuse_embedding_adapter
 from .parser_routes import ParserRoutes
+from .responses import ResponsesRoutes
 from .scoring import ScoringRoutes
 from ..wire.status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
 from ..managers.request_handle import ReqState, RequestHandle
@@ -36,7 +37,7 @@ def finish_reason(st: ReqState) -> Optional[Dict[str, Any]]:
     return None if st.finished_reason is None else st.finished_reason.to_json()
 
 
-class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes):
+class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes):
     def __init__(self, tm: TokenizerManager, board: StatusBoard, slot: int):
         self.tm = tm
         self.board = board
