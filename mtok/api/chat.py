@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from .chat_prompt import ChatInput, parse_chat_input, render_prompt
+from .constraints import constrain_tool_choice
 from .server import Pending, Request, route
 from . import fields
 from ..wire.io_struct import GenerateReqInput, LogprobParams
@@ -115,6 +116,7 @@ class ChatRoutes:
         sp, usage = parse_openai_sampling(got)
         model = self.tm.model(got.get("model"))
         inp = parse_chat_input(body)
+        constrain_tool_choice(body, got, sp)  # mtok.api.constraints: "required" / a named tool as a JSON schema
         inp.kwargs = dict(template_extras(body), **(inp.kwargs or {}))
         ids = prompt_ids(model, inp)
         if not ids:

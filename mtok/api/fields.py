@@ -124,7 +124,9 @@ TABLE: Tuple[Field, ...] = (
     Field("json_schema", _where(SAMPLING), FORWARDED, v.as_str, capability="json_schema"),
     Field("ebnf", _where(SAMPLING), FORWARDED, v.as_str, capability="ebnf"),
     Field("structural_tag", _where(SP), FORWARDED, v.as_str, capability="structural_tag"),
-    Field("response_format", OAI, FORWARDED, v.as_object, capability="json_schema"),
+    Field("response_format", OAI, FORWARDED, v.as_object, capability="json_schema",
+          why="`json_object` and `json_schema` as a JSON schema, `structural_tag` as one (capability "
+              "`structural_tag`); `text` constrains nothing"),
     Field("structured_outputs", OAI, REFUSED, why="use 'regex', 'json_schema', 'ebnf' or 'response_format'"),
     # -- logprobs --------------------------------------------------------------------------
     Field("return_logprob", _where(GEN), USED, v.as_bool, False, capability="logprobs"),
@@ -141,7 +143,9 @@ TABLE: Tuple[Field, ...] = (
     Field("lora_path", _where(GEN, ENC, OAI, EMB), FORWARDED, v.as_str, capability="lora"),
     Field("lora_id", _where(GEN, ENC), FORWARDED, v.as_str, capability="lora"),
     # -- the chat endpoint's own fields (read by mtok's chat route) --------------------------
-    *_rows(USED, [CHAT], "tools tool_choice chat_template_kwargs documents"),
+    *_rows(USED, [CHAT], "tools chat_template_kwargs documents"),
+    Field("tool_choice", _where(CHAT), USED, why="`required` or a named function: a JSON-schema constraint "
+                                                   "(engine capability `json_schema`), read back as the calls"),
     Field("continue_final_message", _where(CHAT), USED, v.as_bool, False),
     Field("add_generation_prompt", _where(CHAT), USED, v.as_bool, why="without it, not continue_final_message"),
     Field("parallel_tool_calls", _where(CHAT), USED, v.as_bool, True),

@@ -29,6 +29,17 @@ back.  What SGLang 0.5.23 sends in that mode (``sglang/srt``):
   it is an HTTP error with ``{"error": {"message"}}`` (``_create_error_response``).
 - The seed is ``sampling_seed`` (``sampling/sampling_params.py`` line 179).
 
+Constraints (``regex``, ``json_schema``, ``ebnf``, ``structural_tag``; and with
+them ``response_format`` and a forced ``tool_choice``, which mtok's API turns
+into a ``json_schema``) go in ``sampling_params`` under SGLang's own names.
+SGLang builds no grammar backend when it runs with ``--skip-tokenizer-init``
+(``constrained/grammar_manager.py``: ``grammar_backend = None``), and then
+aborts every constrained request with a 400 ("Grammar-based generation ... is
+not supported"), which mtok passes on; an upstream that should constrain runs
+with its tokenizer.  It still takes ``input_ids`` and sends ``output_ids`` and
+``meta_info`` beside its own ``text``, which is ignored, so this adapter serves
+both modes.
+
 Stop strings are not sent: mtok matches them on its own detokenized text and
 cuts the stream, which SGLang sees as a disconnect and aborts.  ``n`` is
 expanded by mtok into single requests, so the upstream always gets ``n = 1``.

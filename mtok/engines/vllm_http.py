@@ -21,6 +21,15 @@ it also works on a server started with ``--skip-tokenizer-init`` or
 ``--tokens-only``, which refuse stop strings (serving.py ~line 222): mtok
 never sends them, it matches them itself and cuts the stream.
 
+Constraints go in ``sampling_params.structured_outputs`` (vLLM's
+``StructuredOutputsParams``: ``regex``, ``json`` for a JSON schema -- also what
+``response_format`` and a forced ``tool_choice`` become --, ``grammar`` for
+EBNF, ``structural_tag``).  vLLM compiles them against its tokenizer's
+vocabulary, so they need a server that loads its tokenizer (not
+``--skip-tokenizer-init``).  Not checked against a real vLLM yet (issue 26):
+that the tokens route reads a nested ``structured_outputs`` object as its
+OpenAI routes do, and what it answers when it cannot.
+
 Not offered by that stream: prompt logprobs ("the stream schema has no field
 for the scores", ~line 217) and logprobs of chosen token ids, so a request that
 asks for them gets a 400 naming the field.  ``n`` is expanded by mtok.

@@ -47,7 +47,8 @@ class SamplingParams:
     json_schema: Optional[str] = _default("json_schema")
     ebnf: Optional[str] = _default("ebnf")
     structural_tag: Optional[str] = _default("structural_tag")
-    constraint_from: Optional[str] = None  # the request field a constraint came from, when not its own name
+    # not a request field: the one a constraint came from (response_format, tool_choice), named in refusals
+    constraint_from: Optional[str] = field(default=None, metadata={"internal": True})
     logit_bias: Optional[Dict[str, float]] = _default("logit_bias")
     custom_params: Optional[Dict[str, Any]] = _default("custom_params")
 
