@@ -184,6 +184,20 @@ def test_required_forwards_sglangs_schema_and_the_answer_becomes_tool_calls(upst
     assert (content, calls, finish) == (None, WANT_CALLS, "tool_calls")
 
 
+def test_each_of_n_choices_is_read_on_its_own(upstream):
+    srv, standin = upstream
+    say(srv, standin, CALLS)
+    status, got = chat(srv, tool_choice="required", n=2)
+    assert status == 200, got
+    assert len(standin.seen) == 2 and all(json.loads(b["sampling_params"].get("json_schema") or
+                                                     b["sampling_params"]["structured_outputs"]["json"])
+                                          == REQUIRED_SCHEMA for b in standin.seen)
+    for choice in got["choices"]:
+        calls = [(c["function"]["name"], c["function"]["arguments"]) for c in choice["message"]["tool_calls"]]
+        assert calls == WANT_CALLS and choice["finish_reason"] == "tool_calls"
+    assert len({c["id"] for ch in got["choices"] for c in ch["message"]["tool_calls"]}) == 4
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["one-shot", "streamed"])
 def test_a_named_tool_forwards_its_schema_alone(upstream, stream):
     srv, standin = upstream
@@ -230,7 +244,7 @@ def test_completions_and_generate_forward_every_constraint(upstream):
 @pytest.mark.parametrize("extra,param,words", [
     ({"response_format": {"type": "json_object"}}, "tool_choice", "cannot be combined with response_format"),
     ({"regex": "x"}, "tool_choice", "cannot be combined"),
-    ({"tools": []}, "tool_choice", "needs 'tools'"),
+    ({"tools": []}, "tool_choice", "Tools cannot be empty"),
     ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice", "nope"),
 ])
 def test_what_cannot_be_forced_is_a_400_and_nothing_goes_upstream(upstream, extra, param, words):
