@@ -64,6 +64,18 @@ def children_of(pid: int) -> List[int]:
 STARTED: "weakref.WeakSet[Server]" = weakref.WeakSet()
 
 
+def remove_log_with(proc: ReadyProcess) -> None:
+    """Delete ``proc``'s log file once nothing holds ``proc`` (or when the test
+    process exits): a test reads it as long as it keeps its server."""
+    weakref.finalize(proc, _remove_log, proc.log)
+
+
+def _remove_log(log: Any) -> None:
+    log.close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(log.name)
+
+
 class Server(ReadyProcess):
     """``python -m mtok.serve`` on a free port, stopped at the end of its scope."""
 
@@ -74,6 +86,7 @@ class Server(ReadyProcess):
         full_env.update(env or {})
         full_env.setdefault("PYTHONUNBUFFERED", "1")
         super().__init__([sys.executable, "-m", "mtok.serve", *self.args], full_env, "mtok-test-")
+        remove_log_with(self)
         STARTED.add(self)
         self.host, self.port = "127.0.0.1", 0
         if expect_ready:

@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 
-from support import READY, ROOT, Server, children_of, wait_for
+from support import READY, ROOT, Server, children_of, remove_log_with, wait_for
 
 from mtok.procutil import pid_alive
 from mtok.bench.servers import ReadyProcess
@@ -98,6 +98,7 @@ def test_serves_on_a_read_only_file_system(short_tmp):
     cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", READ_ONLY, "sh", short_tmp,
            sys.executable, "-m", "mtok.serve", "--port", "0", "--tokenizer-worker-num", "2"]
     proc = ReadyProcess(cmd, dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=ROOT), "mtok-test-ro-")
+    remove_log_with(proc)
     try:
         m = proc.wait_ready(READY, 60)
         assert m is not None, proc.stderr()
