@@ -101,8 +101,7 @@ class Arbiter:
             self.setup()
             self.boot()
         except BootError as e:
-            logger.error("%s", e)
-            print(f"mtok: {e}", file=sys.stderr, flush=True)
+            say_fatal(str(e))
             self.stop(graceful=False)
             self.teardown()
             return 0 if isinstance(e, BootInterrupted) else EXIT_BOOT_ERROR
@@ -267,8 +266,7 @@ class Arbiter:
             try:
                 self.manage_workers()
             except BootError as e:
-                logger.error("%s; halting", e)
-                print(f"mtok: {e}", file=sys.stderr, flush=True)
+                say_fatal(str(e), "; halting")
                 self.stop(graceful=False)
                 return EXIT_BOOT_ERROR
             sentinels = [c.process.sentinel for c in self.core + self.workers]
@@ -315,8 +313,7 @@ class Arbiter:
             self.board.state = ServerState.SERVING if ready else ServerState.DEGRADED
 
     def fail(self, message: str) -> int:
-        logger.error("%s; failing requests in flight and stopping", message)
-        print(f"mtok: {message}", file=sys.stderr, flush=True)
+        say_fatal(message, "; failing requests in flight and stopping")
         self.board.state = ServerState.FAILED
         if self.frontend is not None:
             self.frontend.tm.fail_all(message)
@@ -384,6 +381,15 @@ class Arbiter:
             shutil.rmtree(self.sock_dir, ignore_errors=True)
         if self._sig_w is not None:
             signal.set_wakeup_fd(-1)
+
+
+def say_fatal(message: str, then: str = "") -> None:
+    """Why the server stops, said once on stderr: a log line where logging shows
+    errors (it goes to stderr too), else a bare ``mtok:`` line."""
+    if logger.isEnabledFor(logging.ERROR):
+        logger.error("%s%s", message, then)
+    else:
+        print(f"mtok: {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

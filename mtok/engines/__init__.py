@@ -179,18 +179,31 @@ def _import(module: str) -> Any:
     return mod
 
 
+def _upstream_url(spec: str) -> Optional[str]:
+    """The URL of ``sglang:URL`` / ``vllm:URL``; None for any other spec.  A URL
+    without its scheme would read as ``module:attr``: say how to write it."""
+    kind, colon, url = spec.partition(":")
+    if not colon or kind not in UPSTREAMS:
+        return None
+    if not url.startswith(("http://", "https://")):
+        hint = "" if "://" in url else f", as in {kind + ':http://' + url.lstrip('/')!r}"
+        raise ValueError(f"engine {spec!r}: an upstream's URL starts with http:// or https://{hint}")
+    return url
+
+
 def load_engine(spec: str, ctx: EngineContext) -> Engine:
     """``echo``, ``sglang:URL``, ``vllm:URL``, ``package.module:attr`` or
     ``path/to/file.py:attr``, where attr is an Engine class or a factory taking
     an EngineContext (an upstream's URL reaches it as ``ctx.options["url"]``)."""
-    kind, colon, url = spec.partition(":")
-    if colon and kind in UPSTREAMS and url.startswith(("http://", "https://")):
-        spec, ctx = UPSTREAMS[kind], EngineContext(ctx.model_name, ctx.tokenizer, ctx.step_delay,
-                                                   dict(ctx.options or {}, url=url))
+    url = _upstream_url(spec)
+    if url is not None:
+        spec, ctx = UPSTREAMS[spec.partition(":")[0]], EngineContext(ctx.model_name, ctx.tokenizer, ctx.step_delay,
+                                                                     dict(ctx.options or {}, url=url))
     target = BUILTIN.get(spec, spec)
     module_name, sep, attr = target.rpartition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"--engine must be 'echo', 'module:attr' or 'file.py:attr', not {spec!r}")
+        raise ValueError(f"--engine must be 'echo', 'sglang:URL', 'vllm:URL', 'module:attr' or 'file.py:attr', "
+                         f"not {spec!r}")
     obj: Any = _import(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)

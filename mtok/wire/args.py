@@ -92,8 +92,8 @@ class ServerArgsMethods:
         problems.extend(self._parser_problems())
         if not problems:
             problems.extend(self._check_chat_templates())
-        if problems:
-            raise ValueError("; ".join(problems))
+        if problems:  # model_specs() is read by several checks: say each problem once
+            raise ValueError("; ".join(dict.fromkeys(problems)))
 
     def parsers(self) -> "Dict[str, Dict[str, str]]":
         """{"tool": {model: parser}, "reasoning": {model: parser}} from the two flags."""
