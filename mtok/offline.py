@@ -109,6 +109,18 @@ def _body(prompt: Any, input_ids: Any, extra: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None and v is not False}
 
 
+# transformers' apply_chat_template options for its tokenizer call; mtok's has none.
+_TOKENIZER_OPTIONS = ("padding", "truncation", "max_length", "return_tensors", "return_assistant_tokens_mask",
+                      "tokenizer_kwargs", "sanitize_control_tokens")
+
+
+def _render_chat(chat: Any, body: Dict[str, Any]) -> str:
+    """One conversation's prompt text, through the chat route's own parsing."""
+    from .api.chat_prompt import parse_chat_input, render_prompt
+
+    return render_prompt(chat, parse_chat_input({k: v for k, v in body.items() if v is not None}))
+
+
 def _windows(body: Dict[str, Any], size: int) -> Iterator[Tuple[int, Dict[str, Any]]]:
     """(offset, body) for each window of at most ``size`` prompts."""
     prompts = body.get("text", body.get("input_ids"))
@@ -202,18 +214,36 @@ class Engine:
             return result
         return self._events(result, 0)
 
-    def apply_chat_template(self, messages: List[Dict[str, Any]], tokenize: bool = False,
-                            add_generation_prompt: bool = True, tools: Optional[List[Any]] = None,
-                            model: Optional[str] = None, **template_kwargs: Any) -> Any:
-        """The model's chat template rendered (transformers' argument names): the
-        prompt text, or its token ids with ``tokenize=True``."""
-        from .api.chat_prompt import parse_chat_input, render_prompt
-
+    def apply_chat_template(self, conversation: Any, tools: Optional[List[Any]] = None,
+                            documents: Optional[List[Any]] = None, chat_template: Optional[str] = None,
+                            add_generation_prompt: bool = False, continue_final_message: bool = False,
+                            tokenize: bool = True, return_dict: bool = True, model: Optional[str] = None,
+                            chat_template_kwargs: Optional[Dict[str, Any]] = None, **kwargs: Any) -> Any:
+        """The model's chat template rendered, with transformers' signature and
+        defaults (its 5.x): ``{"input_ids", "attention_mask"}`` of the prompt (no
+        special tokens added), its ids with ``return_dict=False``, its text with
+        ``tokenize=False``; a list of conversations gives a list of each.  Extra
+        keywords reach the template's context, as in transformers, and so does
+        ``chat_template_kwargs`` (the HTTP field's dict; a keyword wins)."""
+        given = ["chat_template"] * (chat_template is not None) + [k for k in _TOKENIZER_OPTIONS if kwargs.get(k)]
+        if given:
+            raise TypeError("mtok.Engine.apply_chat_template renders the template the engine was started with "
+                            "(mtok.Engine(chat_template=...)) and tokenizes plainly: it takes no %r" % given[0])
         entry = self.tokenizer_manager.model(model)
-        body = _body(None, None, dict(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                                      chat_template_kwargs=template_kwargs or None))
-        text = render_prompt(entry.chat, parse_chat_input(body))
-        return entry.tokenizer.encode(text, False) if tokenize else text
+        context = dict(chat_template_kwargs or {}, **{k: v for k, v in kwargs.items() if k not in _TOKENIZER_OPTIONS})
+        batch = bool(conversation) and isinstance(conversation[0], (list, tuple))
+        texts = [_render_chat(entry.chat, dict(messages=list(c), tools=tools, documents=documents,
+                                               add_generation_prompt=add_generation_prompt,
+                                               continue_final_message=continue_final_message,
+                                               chat_template_kwargs=context or None))
+                 for c in (conversation if batch else [conversation])]
+        if not tokenize:
+            return texts if batch else texts[0]
+        ids = [entry.tokenizer.encode(t, False) for t in texts]
+        if not return_dict:
+            return ids if batch else ids[0]
+        masks = [[1] * len(i) for i in ids]
+        return {"input_ids": ids if batch else ids[0], "attention_mask": masks if batch else masks[0]}
 
     def _call(self, route: Any, body: Dict[str, Any]) -> Any:
         if self._pipeline.closing:

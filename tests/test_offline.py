@@ -219,8 +219,8 @@ def test_chat_and_apply_chat_template_match_the_server():
     with mtok.Engine(chat_template=ECHO_LAST) as eng, mtok.launch(port=0, chat_template=ECHO_LAST) as handle:
         srv = Server.__new__(Server)
         srv.host, srv.port = handle.host, handle.port
-        text = eng.apply_chat_template(messages)
-        ids = eng.apply_chat_template(messages, tokenize=True)
+        text = eng.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = eng.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
         status, tok = srv.post("/tokenize", {"messages": messages})
         assert status == 200 and ids == tok["tokens"] and eng.detokenize(ids) == text
         got = eng.chat(messages, max_tokens=len(ids))
@@ -232,6 +232,70 @@ def test_chat_and_apply_chat_template_match_the_server():
         assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == text
         with pytest.raises(mtok.APIError, match="messages"):
             eng.chat([])
+
+
+# Shows each input apply_chat_template hands the template.
+PROBE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+         "{% if add_generation_prompt %}<gen>{% endif %}"
+         "{% if enable_thinking is defined %}[think={{ enable_thinking }}]{% endif %}{{ flavour | default('') }}")
+CHAT = [{"role": "user", "content": "Hello there"}]
+
+
+@pytest.fixture(scope="module")
+def probe_engine(tmp_path_factory):
+    path = tmp_path_factory.mktemp("probe") / "probe.jinja"
+    path.write_text(PROBE)
+    with mtok.Engine(chat_template=str(path)) as eng:
+        yield eng
+
+
+def test_apply_chat_template_has_transformers_defaults(probe_engine):
+    """Issue 25: ``tokenize`` defaulted to False and ``add_generation_prompt`` to
+    True; transformers (5.x) tokenizes into a dict and adds no generation prompt."""
+    eng = probe_engine
+    assert eng.apply_chat_template(CHAT, tokenize=False) == "<user>Hello there"
+    ids = eng.tokenize("<user>Hello there", add_special_tokens=False)
+    assert eng.apply_chat_template(CHAT) == {"input_ids": ids, "attention_mask": [1] * len(ids)}
+    assert eng.apply_chat_template(CHAT, return_dict=False) == ids
+    assert eng.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True) == "<user>Hello there<gen>"
+    two = [CHAT, [{"role": "system", "content": "s"}]]
+    assert eng.apply_chat_template(two, tokenize=False) == ["<user>Hello there", "<system>s"]
+    assert eng.apply_chat_template(two, return_dict=False) == [ids, eng.tokenize("<system>s", False)]
+
+
+def test_apply_chat_template_passes_template_kwargs(probe_engine):
+    """Issue 25: ``chat_template_kwargs`` was ignored; extra keywords reach the
+    template as in transformers, and so does the HTTP field's dict."""
+    eng = probe_engine
+    plain = "<user>Hello there"
+    assert eng.apply_chat_template(CHAT, tokenize=False, enable_thinking=False) == plain + "[think=False]"
+    assert eng.apply_chat_template(CHAT, tokenize=False, chat_template_kwargs={"enable_thinking": True},
+                                   flavour="!") == plain + "[think=True]!"
+    assert eng.apply_chat_template(CHAT, tokenize=False, chat_template_kwargs={"flavour": "a"},
+                                   flavour="b") == plain + "b"
+
+
+def test_apply_chat_template_refuses_what_it_cannot_do(probe_engine):
+    with pytest.raises(TypeError, match="chat_template"):
+        probe_engine.apply_chat_template(CHAT, chat_template="{{ 1 }}")
+    with pytest.raises(TypeError, match="return_tensors"):
+        probe_engine.apply_chat_template(CHAT, return_tensors="pt")
+    with pytest.raises(mtok.APIError, match="continue_final_message"):
+        probe_engine.apply_chat_template(CHAT, add_generation_prompt=True, continue_final_message=True)
+
+
+def test_apply_chat_template_matches_transformers(probe_engine, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from chat_models import model_dir
+
+    hf = transformers.AutoTokenizer.from_pretrained(model_dir(tmp_path, "probe", {}, jinja=PROBE))
+    chats = [CHAT, [CHAT, [{"role": "assistant", "content": "hi"}]]]
+    for conversation in chats:
+        for kw in ({}, {"add_generation_prompt": True}, {"tokenize": False, "enable_thinking": False},
+                   {"return_dict": False, "flavour": "x"}):
+            want = hf.apply_chat_template(conversation, **kw)
+            got = probe_engine.apply_chat_template(conversation, **kw)
+            assert (dict(want) if kw.get("tokenize", True) and kw.get("return_dict", True) else want) == got, kw
 
 
 def readme_examples():
