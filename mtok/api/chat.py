@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from .chat_prompt import ChatInput, parse_chat_input, render_prompt
+from .chat_tools import check_tool_request
 from .constraints import constrain_tool_choice
 from .server import Pending, Request, route
 from . import fields
@@ -76,6 +77,17 @@ def _check_chat_only(body: Dict[str, Any]) -> None:
             and isinstance(choice["function"].get("name"), str)):
         raise bad(f"'tool_choice' must be one of {', '.join(map(repr, TOOL_CHOICES))} or "
                   "{\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice")
+    check_tool_request(body)  # mtok.api.chat_tools: SGLang's checks, before the template or a constraint
+
+
+def _check_budget(body: Dict[str, Any], got: Dict[str, Any], context_length: int) -> None:
+    """A budget over the whole context is refused before the prompt is rendered, in SGLang's words."""
+    budget = fields.value(got, fields.CHAT, "max_new_tokens")
+    if budget is not None and budget > context_length:
+        row = fields.FIELDS[fields.CHAT]["max_new_tokens"]
+        param = next(k for k in (row.name,) + row.aliases if body.get(k) is not None)
+        raise bad(f"max_completion_tokens is too large: {budget}. This model supports at most {context_length} "
+                  "completion tokens.", param)
 
 
 def template_extras(body: Dict[str, Any]) -> Dict[str, Any]:
@@ -115,6 +127,7 @@ class ChatRoutes:
         _check_chat_only(body)
         sp, usage = parse_openai_sampling(got)
         model = self.tm.model(got.get("model"))
+        _check_budget(body, got, model.context_length)
         inp = parse_chat_input(body)
         constrain_tool_choice(body, got, sp)  # mtok.api.constraints: "required" / a named tool as a JSON schema
         inp.kwargs = dict(template_extras(body), **(inp.kwargs or {}))

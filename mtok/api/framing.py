@@ -51,6 +51,9 @@ class FramingError(APIError):
     """The request's framing is broken or ambiguous: answer, then close."""
 
 
+TOO_LARGE = "Payload Too Large"  # a 413's message begins with its reason phrase: SGLang's tests look for it
+
+
 class Headers(dict):
     """Request headers, keys lower-cased; repeated headers joined with ', '.
 
@@ -240,11 +243,13 @@ def body_framing(headers: Headers, version: str, limit: int) -> Tuple[str, int]:
         return NO_BODY, 0
     if not _DIGITS.fullmatch(cl):
         if re.fullmatch(r"[0-9]+", cl):
-            raise FramingError(f"request body of {len(cl)} digits exceeds the limit of {limit} bytes", 413)
+            raise FramingError(f"{TOO_LARGE}: a request body of {len(cl)} digits exceeds the limit of {limit} bytes "
+                               "(--max-request-bytes)", 413)
         raise FramingError(f"invalid Content-Length {cl[:40]!r}")
     n = int(cl)
     if n > limit:
-        raise FramingError(f"request body of {n} bytes exceeds the limit of {limit}", 413)
+        raise FramingError(f"{TOO_LARGE}: a request body of {n} bytes exceeds the limit of {limit} bytes "
+                           "(--max-request-bytes)", 413)
     return (LENGTH, n) if n else (NO_BODY, 0)
 
 
@@ -277,7 +282,8 @@ def read_chunked(rfile: Any, limit: int, expired: Any) -> bytes:
             return bytes(body)
         wire += size + 2
         if wire > limit:
-            raise FramingError(f"request body exceeds the limit of {limit} bytes (chunk framing included)", 413)
+            raise FramingError(f"{TOO_LARGE}: the request body exceeds the limit of {limit} bytes (chunk framing "
+                               "included; --max-request-bytes)", 413)
         body += read_exact(rfile, size, expired)
         if rfile.read(2) != b"\r\n":
             raise FramingError("a chunk does not end with CRLF")

@@ -58,11 +58,8 @@ def generate_reqs(obj: GenerateReqInput, prompts: List[List[int]], model: ModelE
         if not ids:
             raise bad(f"the prompt is empty{where}", "text" if obj.text is not None else "input_ids")
         if len(ids) + sp.max_new_tokens > model.context_length:
-            raise bad(
-                f"this model's maximum context length is {model.context_length} tokens; the prompt has "
-                f"{len(ids)} and {show(sp.max_new_tokens)} more were requested{where}",
-                "max_new_tokens",
-            )
+            raise context_error(len(ids), sp.max_new_tokens, model.context_length, where,
+                                "text" if obj.text is not None else "input_ids")
         model.check_ids([sp.stop_token_ids], "stop_token_ids")
         # n > 1: parallel samples, each its own request "<rid>-<j>" (abort_request takes <rid>)
         samples = [rids[i]] if sp.n == 1 else [f"{rids[i]}-{j}" for j in range(sp.n)]
@@ -72,19 +69,56 @@ def generate_reqs(obj: GenerateReqInput, prompts: List[List[int]], model: ModelE
     return out
 
 
+def context_error(prompt: int, new: int, context: int, where: str, prompt_param: str) -> Exception:
+    """SGLang's words (tokenizer_manager.py): an input at or over the context
+    length, else its tokens and the new ones together over it."""
+    if prompt >= context:
+        return bad(f"The input ({prompt} tokens) is longer than the model's context length ({context} tokens)."
+                   f"{where}", prompt_param)
+    return bad(f"Requested token count exceeds the model's maximum context length of {context} tokens. You "
+               f"requested a total of {show(prompt + new)} tokens: {prompt} tokens from the input messages and "
+               f"{show(new)} tokens for the completion. Please reduce the number of tokens in the input messages "
+               f"or the completion to fit within the limit.{where}", "max_new_tokens")
+
+
 def logprob_entries(obj: GenerateReqInput, prompts: List[List[int]]) -> int:
     """The logprob values ``obj`` asks for: per prompt, ``n`` x (its tokens
     scored from ``logprob_start_len`` on + ``max_new_tokens``) x (the token's
     own + the top ones + those asked for by id)."""
-    lp = obj.logprobs
-    per_token = 1 + lp.top_n + len(lp.token_ids or ())  # type: ignore[union-attr]
-    start = lp.start_len  # type: ignore[union-attr]
     total = 0
     for i, ids in enumerate(prompts):
         sp = obj.params_at(i)
-        scored = len(ids) - start if 0 <= start < len(ids) else 0
-        total += sp.n * (scored + sp.max_new_tokens)
-    return total * per_token
+        total += sp.n * (_scored(obj, ids) + sp.max_new_tokens)
+    return total * _per_token(obj)
+
+
+def fit_budget_to_logprobs(obj: GenerateReqInput, prompts: List[List[int]], limit: int) -> None:
+    """Lower the budget nobody gave (chat without ``max_tokens``: the rest of
+    the context) of a request with logprobs to the new tokens its share of
+    ``limit`` (``--max-logprob-entries``) leaves after its prompt logprobs: it
+    then ends with finish_reason "length" there, as it would at the context's
+    end.  An explicit budget is counted as asked, and refused beyond the bound."""
+    if obj.logprobs is None:
+        return
+    room = limit // _per_token(obj)
+    samples = 0
+    for i, ids in enumerate(prompts):
+        room -= obj.params_at(i).n * _scored(obj, ids)
+        samples += obj.params_at(i).n
+    for i in range(len(prompts)):
+        sp = obj.params_at(i)
+        sp.max_new_tokens = max(1, min(sp.max_new_tokens, room // samples))  # below 1: refused by the check
+
+
+def _per_token(obj: GenerateReqInput) -> int:
+    lp = obj.logprobs
+    return 1 + lp.top_n + len(lp.token_ids or ())  # type: ignore[union-attr]
+
+
+def _scored(obj: GenerateReqInput, ids: List[int]) -> int:
+    """Prompt tokens of ``ids`` scored: from ``logprob_start_len`` on (-1: none)."""
+    start = obj.logprobs.start_len  # type: ignore[union-attr]
+    return len(ids) - start if 0 <= start < len(ids) else 0
 
 
 def check_skip_tokenizer_init(obj: GenerateReqInput, args: ServerArgs) -> None:
