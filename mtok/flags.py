@@ -184,7 +184,8 @@ SETTINGS: Tuple[Setting, ...] = (
     _S(("--max-logprob-entries",), "logprob values one request may ask for, over its prompts, samples and tokens "
        "(default: %(default)s)", 1_000_000, int, check=positive,
        doc="logprob values one request may ask for: prompts × `n` × (scored prompt tokens + max new tokens) × "
-           "(1 + top logprobs + token ids asked) (400 beyond)"),
+           "(1 + top logprobs + token ids asked) (400 beyond; chat without `max_tokens` gets the new tokens "
+           "that fit, then finish_reason `length`)"),
     # -- behaviour --------------------------------------------------------------------------------------------
     _S(("--listen-mode",), "how workers share the port: one inherited socket ('shared', what auto picks) or one "
        "SO_REUSEPORT socket each (default: %(default)s)", "auto", choices=("auto", "reuseport", "shared"),

@@ -25,7 +25,8 @@ CHAT = {"messages": [{"role": "user", "content": "a b c"}], "logprobs": True}
 
 @pytest.fixture(scope="module")
 def srv(server_factory):
-    return server_factory("--max-logprob-entries", str(ENTRIES), "--chat-template", ECHO_LAST)
+    return server_factory("--max-logprob-entries", str(ENTRIES), "--chat-template", ECHO_LAST,
+                          "--context-length", "131072")
 
 
 def ids(count: int):
@@ -103,6 +104,24 @@ def test_the_logprob_values_of_a_whole_request_are_bounded_on_the_openai_routes(
     assert refused(status, resp, "--max-logprob-entries", "top_logprobs"), resp
     events = srv.stream("/v1/chat/completions", dict(body, stream=True))
     assert events[-1] == "[DONE]" and not any("error" in e for e in events[:-1]), events[-2:]
+    still_serving(srv)
+
+
+def test_chat_without_max_tokens_is_served_within_the_bound(srv):
+    """SGLang's own test_chat_completion: logprobs, top 5, n 2 and no max_tokens on a
+    131072-token context was a 400 (the rest of the context counted as asked).  Now the
+    budget nobody gave is what the bound allows: 6000 // (1 + 5) // 2 = 500 tokens a
+    choice, ended as "length", as at the context's end; streamed the same."""
+    body = dict(CHAT, top_logprobs=5, n=2)
+    status, resp = srv.post("/v1/chat/completions", body)
+    assert status == 200, resp
+    assert [c["finish_reason"] for c in resp["choices"]] == ["length", "length"], resp["choices"][0]
+    assert [len(c["logprobs"]["content"]) for c in resp["choices"]] == [500, 500]
+    assert resp["usage"]["completion_tokens"] == 1000, resp["usage"]
+    events = srv.stream("/v1/chat/completions", dict(body, stream=True))
+    assert events[-1] == "[DONE]" and not any("error" in e for e in events[:-1]), events[-2:]
+    finishes = [c["finish_reason"] for e in events[:-1] for c in e["choices"] if c["finish_reason"]]
+    assert finishes == ["length", "length"], finishes
     still_serving(srv)
 
 

@@ -22,6 +22,7 @@ from .chat_tools import check_tool_request
 from .constraints import constrain_tool_choice
 from .server import Pending, Request, route
 from . import fields
+from ..managers.prepare import fit_budget_to_logprobs
 from ..wire.io_struct import GenerateReqInput, LogprobParams
 from .logprobs import chat_content
 from .openai import StreamUsage, openai_finish, parse_openai_sampling
@@ -134,11 +135,14 @@ class ChatRoutes:
         ids = prompt_ids(model, inp)
         if not ids:
             raise bad("the chat template rendered an empty prompt for these messages", "messages")
-        if fields.value(got, fields.CHAT, "max_new_tokens") is None:
+        implicit = fields.value(got, fields.CHAT, "max_new_tokens") is None
+        if implicit:
             sp.max_new_tokens = max(1, model.context_length - len(ids))
         obj = GenerateReqInput(input_ids=ids, sampling_params=sp, stream=fields.value(got, fields.CHAT, "stream"),
                                model=model.name, lora_path=got.get("lora_path"), logprobs=chat_logprobs(got),
                                rid=parse_rid(got.get("rid"), False, 1))
+        if implicit:
+            fit_budget_to_logprobs(obj, [ids], self.args.max_logprob_entries)
         parsers = [make_output_parser(body, model, self.args) for _ in range(obj.num_outputs)]  # one per choice
         return obj, model, parsers, usage
 

@@ -11,7 +11,10 @@ behind them, since a prompt's are computed in one scheduler step).
 So logprobs have two bounds: per token (``--max-logprobs``, vLLM's flag and
 default, OpenAI's cap), and per request (``--max-logprob-entries``: prompts
 x ``n`` x (scored prompt tokens + max new tokens) x (1 + top-k + ids asked
-by id), what it asks for, not what it happens to generate).  Plain
+by id), what it asks for, not what it happens to generate; a chat request
+without ``max_tokens``, whose budget is the rest of the context, gets the
+new tokens that fit instead, :func:`mtok.managers.prepare.fit_budget_to_logprobs`,
+so no request a peer serves with its defaults is refused for it).  Plain
 generation needs no such bound: each sample is a request of its own, held
 to the context length and counted against the queue limits.  The limits are
 flags (see :mod:`mtok.wire.args`) and the README's Operations section lists them.
@@ -101,4 +104,5 @@ def check_logprob_entries(entries: int, limit: int, param: str) -> None:
     if entries > limit:
         raise bad(f"this request asks for {entries} logprob values (prompts x n x (scored prompt tokens + max new "
                   f"tokens) x (1 + top logprobs + token ids asked)); at most {limit} are allowed "
-                  "(--max-logprob-entries): ask for fewer tokens (max_tokens), samples (n) or top logprobs", param)
+                  "(--max-logprob-entries): ask for fewer tokens (max_tokens), prompt tokens scored, samples (n) or top "
+                  "logprobs", param)
