@@ -122,3 +122,24 @@ def test_an_engine_that_cannot_score_refuses(server_factory, tmp_path):
     assert status == 400 and err["type"] == "BadRequestError", err
     assert err["message"] == "reranking compares embeddings: Plain does not produce embeddings", err
     assert srv.post("/generate", {"text": "still", "sampling_params": {"max_new_tokens": 1}})[0] == 200
+
+
+def test_an_upstream_sglang_computes_the_scores(server_factory):
+    """mtok asks the upstream's /generate what SGLang's own /v1/score asks its scheduler: one token, with
+    the labels' logprobs by id; the scores are what the upstream answered."""
+    from upstream_standin import SGLangStandIn
+
+    standin = SGLangStandIn()
+    try:
+        srv = server_factory("--engine", f"sglang:{standin.url}?timeout=10")
+        status, body = srv.post("/v1/score", {"query": [5, 6], "items": [[7], [8]], "label_token_ids": [9, 4]})
+        assert status == 200, body
+        assert body["scores"] == [[pytest.approx(math.exp(-2.0)), pytest.approx(math.exp(-1.0))]] * 2
+        sent = standin.seen
+        assert sorted(s["input_ids"] for s in sent) == [[5, 6, 7], [5, 6, 8]]
+        assert all(s["token_ids_logprob"] == [4, 9] and s["sampling_params"]["max_new_tokens"] == 1 for s in sent)
+        status, body = srv.post("/v1/score", {"query": [5], "items": [[6]], "label_token_ids": [9, 4],
+                                              "apply_softmax": True})
+        assert body["scores"][0] == pytest.approx([1 / (1 + math.e), math.e / (1 + math.e)])
+    finally:
+        standin.stop()

@@ -362,6 +362,9 @@ class SGLangStandIn(StandIn):
                 tops = [[[lp(p), t, None]] + [[lp(p) - 1 - i, t + 1 + i, None]
                                               for i in range(body["top_logprobs_num"] - 1)] for p, t in enumerate(out)]
                 meta["output_top_logprobs"] = tops[-1:] if incremental else tops
+            if body.get("token_ids_logprob"):  # asked by id: -1, -2, ... in the order asked (how /v1/score reads)
+                asked = [[[-1.0 - i, t, None] for i, t in enumerate(body["token_ids_logprob"])] for _ in out]
+                meta["output_token_ids_logprobs"] = asked[-1:] if incremental else asked
             start = body.get("logprob_start_len", -1)
             if start >= 0:
                 meta["input_token_logprobs"] = [[None if p == 0 else -0.25, t, None]
