@@ -96,12 +96,14 @@ BASES = {
     fields.CMPL: ("/v1/completions", {"prompt": "fuzz me", "max_tokens": 2}),
     fields.CHAT: ("/v1/chat/completions", {"messages": [{"role": "user", "content": "fuzz me"}], "max_tokens": 2}),
     fields.EMB: ("/v1/embeddings", {"input": "fuzz me"}),
+    fields.TOK: ("/tokenize", {"messages": [{"role": "user", "content": "fuzz me"}]}),
+    fields.DETOK: ("/detokenize", {"tokens": [70, 71]}),
     fields.RESP: ("/v1/responses", {"input": "fuzz me", "max_output_tokens": 2}),
     fields.SCORE: ("/v1/score", {"query": "fuzz", "items": [" me"], "label_token_ids": [1]}),
     fields.RERANK: ("/v1/rerank", {"query": "fuzz", "documents": ["me"]}),
 }
 # Fields whose default cannot stand alone in a body (the prompt and its alternatives).
-PROMPT_FIELDS = {"text", "input_ids", "prompt", "messages", "input", "sampling_params", "rid", "query", "items",
+PROMPT_FIELDS = {"text", "input_ids", "prompt", "messages", "input", "sampling_params", "rid", "tokens", "query", "items",
                  "label_token_ids", "documents"}
 
 

@@ -192,3 +192,46 @@ def test_stream_options_are_checked(srv):
     status, resp = srv.post("/v1/completions", {"prompt": "x", "stream": True,
                                                 "stream_options": {"continuous_usage_stats": "yes"}})
     assert status == 400 and resp["error"]["param"] == "stream_options.continuous_usage_stats", resp
+
+
+# -- 4. /tokenize's extras, /tokenizer_info ------------------------------------------------------
+def vocab_strings():
+    """id -> token string, read from the tokenizer's own file (not through mtok)."""
+    with open(os.path.join(DEFAULT_TOKENIZER_DIR, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    out = {i: t for t, i in tj["model"]["vocab"].items()}
+    out.update({a["id"]: a["content"] for a in tj.get("added_tokens", ())})
+    return out
+
+
+def test_tokenize_returns_token_strs_when_asked(srv):
+    strings = vocab_strings()
+    status, body = srv.post("/tokenize", {"prompt": "Token strings, é and 漢字", "return_token_strs": True})
+    assert status == 200 and body["token_strs"] == [strings[i] for i in body["tokens"]], body
+    status, plain = srv.post("/v1/tokenize", {"prompt": "Token strings, é and 漢字"})
+    assert plain["tokens"] == body["tokens"] and plain["token_strs"] is None  # vLLM's key, null
+    msgs = [{"role": "user", "content": "chat strings"}]
+    status, chat = srv.post("/tokenize", {"messages": msgs, "return_token_strs": True})
+    assert status == 200 and chat["token_strs"] == [strings[i] for i in chat["tokens"]], chat
+    status, resp = srv.post("/tokenize", {"prompt": "x", "return_token_strs": "yes"})
+    assert status == 400 and resp["error"]["param"] == "return_token_strs", resp
+
+
+def test_tokenize_ignores_unknown_fields_as_every_route_does(srv):
+    status, body = srv.post("/tokenize", {"prompt": "hello", "no_such_field": 1})
+    assert status == 200 and body["tokens"] == srv.post("/tokenize", {"prompt": "hello"})[1]["tokens"], body
+    status, body = srv.post("/tokenize", {"messages": [{"role": "user", "content": "hi"}], "typo": True})
+    assert status == 200, body
+    ids = srv.post("/tokenize", {"prompt": "Hi there"})[1]["tokens"]
+    status, body = srv.post("/detokenize", {"tokens": ids, "unknown": "x"})
+    assert status == 200 and body["text"] == "Hi there", body
+
+
+def test_tokenizer_info_is_the_tokenizer_config_and_template(srv):
+    status, info = srv.get("/tokenizer_info")
+    assert status == 200, info
+    with open(os.path.join(DEFAULT_TOKENIZER_DIR, "tokenizer_config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    with open(ECHO_LAST, encoding="utf-8") as f:
+        template = f.read()
+    assert info == dict(config, chat_template=template)

@@ -27,16 +27,12 @@ from ..wire.io_struct import GenerateReqInput, LogprobParams
 from .logprobs import chat_content
 from .openai import StreamUsage, openai_finish, parse_openai_sampling
 from .parse import parse_rid
-from .validate import bad, check_unknown, get_bool, get_str, require_object
+from .validate import bad, require_object
 
 if TYPE_CHECKING:
     from ..managers.models import ModelEntry
     from ..managers.request_handle import ReqState
 
-# What the template sees, besides messages.
-TEMPLATE_FIELDS = ("messages", "tools", "documents", "chat_template_kwargs", "add_generation_prompt",
-                   "continue_final_message")
-TOKENIZE_CHAT_FIELDS = TEMPLATE_FIELDS + ("model", "add_special_tokens")
 TOOL_CHOICES = ("none", "auto", "required")
 
 
@@ -96,6 +92,13 @@ def template_extras(body: Dict[str, Any]) -> Dict[str, Any]:
     return {k: body[k] for k in ("tool_choice", "reasoning_effort") if body.get(k) is not None}
 
 
+def template_input(body: Dict[str, Any]) -> ChatInput:
+    """What the chat template renders for a body with ``messages``: for a chat completion or ``/tokenize``."""
+    inp = parse_chat_input(body)
+    inp.kwargs = dict(template_extras(body), **(inp.kwargs or {}))
+    return inp
+
+
 def prompt_ids(model: "ModelEntry", inp: ChatInput, add_special_tokens: bool = False) -> List[int]:
     return model.tokenizer.encode(render_prompt(model.chat, inp), add_special_tokens)
 
@@ -129,9 +132,8 @@ class ChatRoutes:
         sp, usage = parse_openai_sampling(got)
         model = self.tm.model(got.get("model"))
         _check_budget(body, got, model.context_length)
-        inp = parse_chat_input(body)
+        inp = template_input(body)
         constrain_tool_choice(body, got, sp)  # mtok.api.constraints: "required" / a named tool as a JSON schema
-        inp.kwargs = dict(template_extras(body), **(inp.kwargs or {}))
         ids = prompt_ids(model, inp)
         if not ids:
             raise bad("the chat template rendered an empty prompt for these messages", "messages")
@@ -158,12 +160,12 @@ class ChatRoutes:
                             "matched_stop": matched})
         return dict(head, choices=choices, usage=self.usage(results, len(parsers)))
 
-    def tokenize_chat(self, body: Dict[str, Any]) -> Dict[str, Any]:
-        """``/tokenize`` with ``messages`` (vLLM's TokenizeChatRequest): the rendered prompt's tokens."""
-        check_unknown(body, TOKENIZE_CHAT_FIELDS)
-        model = self.tm.model(get_str(body, "model"))
-        ids = prompt_ids(model, parse_chat_input(body), get_bool(body, "add_special_tokens", False))
-        return {"tokens": ids, "count": len(ids), "max_model_len": model.context_length}
+    @staticmethod
+    def message_tokens(model: "ModelEntry", body: Dict[str, Any], add_special_tokens: bool) -> List[int]:
+        """``/tokenize`` with ``messages`` (vLLM's TokenizeChatRequest): the tokens of the prompt
+        a chat completion of ``body`` would have (``add_special_tokens`` adds the tokenizer's too)."""
+        _check_chat_only(body)
+        return prompt_ids(model, template_input(body), add_special_tokens)
 
     def _chat_chunks(self, states: Iterator["ReqState"], head: Dict[str, Any], parsers: List[OutputParser],
                      usage: StreamUsage, prompt_tokens: int) -> Iterator[Any]:

@@ -42,6 +42,8 @@ USED, FORWARDED, IGNORED, REFUSED = "used", "forwarded", "ignored", "refused unl
 GEN, SP, ENC, CMPL, CHAT, EMB = "generate", "sampling_params", "encode", "completions", "chat", "embeddings"
 # SGLang's scoring routes and OpenAI's Responses API (mtok.api.scoring, mtok.api.responses).
 SCORE, RERANK, RESP = "score", "rerank", "responses"
+# /tokenize (vLLM's TokenizeCompletionRequest and TokenizeChatRequest, SGLang's TokenizeRequest) and /detokenize.
+TOK, DETOK = "tokenize", "detokenize"
 OAI = frozenset((CMPL, CHAT))
 SAMPLING = frozenset((SP, CMPL, CHAT))
 
@@ -215,6 +217,19 @@ TABLE: Tuple[Field, ...] = (
     *_rows(USED, [RESP], "model temperature top_p top_k min_p frequency_penalty presence_penalty "
            "repetition_penalty stop seed user", why="checked as on chat"),
     *_rows(IGNORED, [RESP], "service_tier request_id priority prompt_cache_key safety_identifier"),
+    # -- /tokenize and /detokenize (mtok.api.native), in vLLM's and SGLang's shapes ------------------
+    Field("prompt", _where(TOK), USED, v.as_str), Field("messages", _where(TOK), USED),
+    Field("add_special_tokens", _where(TOK), USED, v.as_bool, why="without it, true with 'prompt', false with "
+          "'messages' (the template writes its own)"),
+    Field("return_token_strs", _where(TOK), USED, v.as_bool, False),
+    *_rows(USED, [TOK], "tools tool_choice chat_template_kwargs documents", "with 'messages', what the template sees"),
+    Field("continue_final_message", _where(TOK), USED, v.as_bool, False),
+    Field("add_generation_prompt", _where(TOK), USED, v.as_bool, why="without it, not continue_final_message"),
+    Field("reasoning_effort", _where(TOK), USED, v.as_str),
+    Field("chat_template", _where(TOK), REFUSED, why="the server's --chat-template renders every request"),
+    Field("tokens", _where(DETOK), USED, v.token_list),
+    Field("skip_special_tokens", _where(DETOK), USED, v.as_bool, False),
+    Field("model", _where(TOK, DETOK), USED, v.as_str),
     # -- meaningless here: routing, tracing, accounting, caching hints ----------------------------
     *_rows(IGNORED, [GEN, SP, ENC, OAI, EMB], "routed_dp_rank data_parallel_rank disagg_prefill_dp_rank "
            "bootstrap_host bootstrap_port bootstrap_room bootstrap_pair_key decode_tp_size priority log_metrics "
@@ -323,7 +338,7 @@ def markdown() -> str:
              "Generated from `mtok/api/fields.py` by `python -m mtok.api.fields > docs/fields.md`; do not edit by hand.",
              "Where: `generate` (`/generate`), `sampling_params` (its `sampling_params`), `encode` (`/encode`),",
              "`completions`, `chat`, `embeddings`, `responses`, `score` and `rerank` (`/v1/...`).  A field in no row",
-             "is ignored and logged once (`--strict-fields`: a 400).", "",
+             "is ignored and logged once (`--strict-fields`: a 400).", "`tokenize` and `detokenize` are `/tokenize` and `/detokenize`.", "",
              "| field | aliases | where | what mtok does | default |", "|---|---|---|---|---|"]
     for f in sorted(TABLE, key=lambda f: (_ORDER.index(f.action), f.name)):
         what = f.action

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs
 from .. import __version__
 from . import fields
 from .chat import ChatRoutes
+from .chat_templates import DEFAULT_NAME
 from .server import EventStream, Pending, Request, Response, route
 from ..wire.io_struct import GenerateReqInput, SamplingParams
 from .logprobs import OUTPUT_KEYS, sglang_meta
@@ -29,7 +30,7 @@ from ..wire.status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotSta
 from ..managers.request_handle import ReqState, RequestHandle
 from ..managers.tokenizer_manager import TokenizerManager
 from .parse import parse_generate, single_prompt
-from .validate import APIError, bad, check_unknown, get_bool, get_str, require_object, token_list
+from .validate import APIError, bad, check_unknown, get_bool, require_object
 
 
 def finish_reason(st: ReqState) -> Optional[Dict[str, Any]]:
@@ -150,30 +151,40 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
 
     @route("POST", "/tokenize", "/v1/tokenize", inline=True, offload=lambda body: "messages" in body)
     def tokenize(self, req: Request) -> Any:
+        """A ``prompt``, or ``messages`` rendered as a chat completion would render them;
+        vLLM's ``token_strs`` (the vocabulary's strings) are null unless ``return_token_strs``."""
         body = require_object(req.json())
-        if "messages" in body:
-            return self.tokenize_chat(body)
-        check_unknown(body, ("prompt", "add_special_tokens", "model"))
-        model = self.tm.model(get_str(body, "model"))
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str):
-            raise bad("'prompt' must be a string", "prompt")
-        add = get_bool(body, "add_special_tokens", True)
-        tokens = model.tokenizer.encode(prompt, add)
-        return {"tokens": tokens, "count": len(tokens), "max_model_len": model.context_length}
+        got = fields.read(body, fields.TOK, self.args.strict_fields)  # unknown fields as on every route
+        if ("prompt" in got) == ("messages" in got):
+            raise bad("give exactly one of 'prompt' and 'messages'", "prompt")
+        model = self.tm.model(got.get("model"))
+        add = got.get("add_special_tokens", "prompt" in got)  # a template writes its own
+        tokens = (model.tokenizer.encode(got["prompt"], add) if "prompt" in got
+                  else self.message_tokens(model, body, add))
+        strs = None
+        if fields.value(got, fields.TOK, "return_token_strs"):
+            strs = [model.tokenizer.id_to_token(t) for t in tokens]
+        return {"tokens": tokens, "count": len(tokens), "max_model_len": model.context_length, "token_strs": strs}
 
     @route("POST", "/detokenize", "/v1/detokenize", inline=True)
     def detokenize(self, req: Request) -> Any:
-        body = require_object(req.json())
-        check_unknown(body, ("tokens", "model", "skip_special_tokens"))
-        model = self.tm.model(get_str(body, "model"))
-        if "tokens" not in body:
+        got = fields.read(require_object(req.json()), fields.DETOK, self.args.strict_fields)
+        model = self.tm.model(got.get("model"))
+        if "tokens" not in got:
             raise bad("'tokens' is required", "tokens")
-        tokens = token_list(body["tokens"], "tokens")
+        tokens = got["tokens"]
         model.check_ids([tokens], "tokens")
-        skip = get_bool(body, "skip_special_tokens", False)
-        text = model.tokenizer.decode(tokens, skip)
+        text = model.tokenizer.decode(tokens, fields.value(got, fields.DETOK, "skip_special_tokens"))
         return {"text": text, "prompt": text}  # SGLang's key and vLLM's
+
+    @route("GET", "/tokenizer_info")
+    def tokenizer_info(self, req: Request) -> Any:
+        """vLLM's ``/tokenizer_info`` of the default model, or of ``?model=NAME``.  vLLM
+        serves it only under ``--enable-tokenizer-info-endpoint``; mtok always does,
+        behind ``--api-key`` like every route: it holds nothing but what the model's
+        own tokenizer files say and the chat template its chat requests render."""
+        names = parse_qs(req.query).get("model")
+        return tokenizer_config(self.tm.model(names[0] if names else None))
 
     @route("GET", "/health", inline=True)
     def health(self, req: Request) -> Any:
@@ -302,6 +313,18 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
     @route("GET", "/")
     def root(self, req: Request) -> Any:
         return {"name": "mtok", "version": __version__, "models": list(self.tm.models)}
+
+
+def tokenizer_config(model: Any) -> Dict[str, Any]:
+    """vLLM's TokenizerInfoResponse: the tokenizer's config (``tokenizer_config.json`` over
+    ``special_tokens_map.json``) less its file paths, ``tokenizer_class``, and the default
+    chat template this server renders with (its ``--chat-template`` or the model's own)."""
+    info = {k: v for k, v in model.tokenizer.files.config.items() if k not in ("vocab_file", "merges_file")}
+    info.setdefault("tokenizer_class", "PreTrainedTokenizerFast")  # what transformers loads a bare tokenizer.json as
+    default = model.chat.templates.get(DEFAULT_NAME)
+    if default is not None:
+        info["chat_template"] = default.template.source
+    return info
 
 
 def _since(marks: Dict[str, int], key: str, value: Any) -> Any:
