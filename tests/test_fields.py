@@ -169,6 +169,42 @@ def test_every_field_at_a_wrong_type_is_a_200_or_a_clear_400(srv):
     assert srv.post("/generate", {"text": "still serving"})[0] == 200
 
 
+def pinned_refused_defaults():
+    """(surface, field, SGLang's default) of every refused field the pinned schemas give a default."""
+    with open(PINNED) as f:
+        pinned = json.load(f)["defaults"]
+    out = set()
+    for schema, defaults in sorted(pinned.items()):
+        api = SCHEMA_API[schema]
+        for name, default in defaults.items():
+            if fields.FIELDS[api][name].action == fields.REFUSED:
+                out.add((api, name, json.dumps(default)))
+    return [(api, name, json.loads(default)) for api, name, default in sorted(out)]
+
+
+@pytest.mark.fast
+@pytest.mark.unit
+def test_every_refused_field_takes_its_pinned_default():
+    """A client that sends SGLang's own default of a field mtok refuses (as
+    SGLang's clients do) asks for nothing mtok cannot do."""
+    cases = pinned_refused_defaults()
+    assert ("generate", "routed_experts_start_len", 0) in cases  # the pin holds the defaults
+    wrong = [(api, name, default) for api, name, default in cases
+             if not fields.is_default(default, fields.FIELDS[api][name].default)]
+    assert wrong == [], "give these rows the pinned default"
+
+
+@pytest.mark.fast
+def test_every_refused_field_at_sglangs_default_is_served_and_refused_beyond_it(srv):
+    conn = srv.conn()
+    for api, name, default in pinned_refused_defaults():
+        path, body = body_with(api, name, default)
+        status, _, resp = srv.request("POST", path, body, conn=conn)
+        assert status == 200, (api, name, default, resp)
+    status, resp = srv.post("/generate", {"text": "a", "routed_experts_start_len": 3})
+    assert status == 400 and resp["error"]["param"] == "routed_experts_start_len", resp
+
+
 @pytest.mark.fast
 def test_unknown_fields_are_ignored_and_strict_fields_refuses_them(srv, server_factory):
     status, resp = srv.post("/generate", {"text": "a", "no_such_field": 1, "sampling_params": {"nor_this": 2}})

@@ -168,13 +168,16 @@ TABLE: Tuple[Field, ...] = (
            "mm_content_hashes prompt_embeds media_io_kwargs audio mm_payload embed_override_token_id "
            "embed_overrides positional_embed_overrides return_mm_kwargs", _MULTIMODAL),
     Field("modalities", _where(GEN, ENC, CHAT), REFUSED, default=["text"], why=_MULTIMODAL),
-    *_rows(REFUSED, [GEN, SP, ENC, OAI, EMB], "return_hidden_states return_routed_experts routed_experts_start_len "
+    *_rows(REFUSED, [GEN, SP, ENC, OAI, EMB], "return_hidden_states return_routed_experts "
            "routed_experts_prompt_start return_entropy return_bytes return_sampling_mask return_indexer_topk "
-           "return_flat_raw_top_logprobs return_flat_raw_output_top_logprobs return_flat_raw_top_logprobs_b64 "
+           "return_flat_raw_top_logprobs return_flat_raw_output_top_logprobs "
            "return_cached_tokens_details return_spec_tokens_details return_meta_info return_input_ids_in_sglext "
            "return_output_ids_in_sglext return_prompt_token_ids return_token_ids return_tokens_as_token_ids "
            "return_token_offsets return_prompt_text return_weight_versions return_pooled_hidden_states "
            "prompt_logprobs logprob_token_ids sampling_logprobs_mode", _RETURN),
+    # refused fields whose SGLang default is not empty (tests/test_fields.py holds each to the pinned one)
+    Field("routed_experts_start_len", _where(GEN, SP, ENC, OAI, EMB), REFUSED, default=0, why=_RETURN),
+    Field("return_flat_raw_top_logprobs_b64", _where(GEN, SP, ENC, OAI, EMB), REFUSED, default=True, why=_RETURN),
     *_rows(REFUSED, [GEN, SP, ENC, OAI, EMB], "beam_width use_beam_search watermark watermarking bad_words "
            "allowed_token_ids custom_logit_processor session_params truncate_prompt_tokens max_thinking_tokens "
            "require_reasoning thinking_token_budget repetition_detection vllm_xargs kv_transfer_params "
