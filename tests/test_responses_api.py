@@ -58,6 +58,7 @@ def test_a_response_in_openais_shape(srv):
     msg = resp.output[0]
     assert msg.role == "assistant" and msg.status == "completed" and msg.content[0].type == "output_text"
     assert resp.instructions == "Be brief." and resp.metadata == {"k": "v"} and resp.model == "mtok-default"
+    assert resp.text.format.type == "text" and resp.reasoning.effort == "none" and resp.store is True
     u = resp.usage
     assert u.input_tokens > 0 and u.output_tokens > 0 and u.total_tokens == u.input_tokens + u.output_tokens
     assert (u.prompt_tokens, u.completion_tokens) == (u.input_tokens, u.output_tokens)  # SGLang's tests read these
@@ -132,7 +133,7 @@ def test_errors_have_the_nested_shape_and_the_server_keeps_serving(srv, body, st
 
 def test_a_response_cannot_be_retrieved(srv):
     status, _, err = srv.request("GET", "/v1/responses/resp_123", headers=auth())
-    assert status == 404 and "no response store" in err["error"]["message"]
+    assert status == 404 and err["error"]["message"].startswith("Response with id 'resp_123' not found")
 
 
 def test_a_json_format_needs_an_engine_that_constrains(srv):
@@ -160,3 +161,21 @@ def test_input_items_become_the_chat_messages(server_factory, tmp_path):
     size = c.responses.create(model="m", input=items, instructions="Be brief.", max_output_tokens=1).usage.input_tokens
     resp = c.responses.create(model="m", input=items, instructions="Be brief.", max_output_tokens=size)
     assert resp.output_text == expected  # the echo engine says the prompt back: the template saw these messages
+
+
+def test_an_upstream_failing_mid_stream_ends_it_with_response_failed(server_factory):
+    from upstream_standin import SGLangStandIn
+
+    standin = SGLangStandIn()
+    try:
+        srv = server_factory("--engine", f"sglang:{standin.url}?timeout=10",
+                             "--chat-template", os.path.join(ROOT, "examples", "chat_template_echo_last.jinja"))
+        standin.behaviour.update(error_after=3, delay=0.05)
+        events = list(openai.OpenAI(base_url=f"http://{srv.host}:{srv.port}/v1", api_key="x", max_retries=0)
+                      .responses.create(model="m", input="a few words to say back", stream=True))
+        assert events[-1].type == "response.failed" and events[-1].response.status == "failed"
+        assert "out of memory" in events[-1].response.error.message
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        assert any(e.type == "response.output_text.delta" for e in events)  # it had begun
+    finally:
+        standin.stop()

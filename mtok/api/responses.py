@@ -41,7 +41,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from . import fields
 from .openai import openai_finish
 from .routes import Pending, Request, route
-from .validate import APIError, _json_type, bad, require_object
+from .validate import APIError, _json_type, bad, require_object, show
 
 # Responses fields that go to the chat body under the same name (checked there by the chat rows)
 AS_ON_CHAT = ("model", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
@@ -236,7 +236,9 @@ class ResponsesRoutes:
 
     @route("GET", "/v1/responses/{response_id}")
     def retrieve_response(self, req: Request) -> Any:
-        raise APIError("this server keeps no responses (there is no response store)", 404, "response_id")
+        response_id = req.path.rpartition("/")[2]
+        raise APIError(f"Response with id {show(response_id)} not found: this server keeps no responses "
+                       "(there is no response store)", 404, "response_id")
 
 
 def response_head(response_id: str, model: str, got: Dict[str, Any]) -> Dict[str, Any]:
@@ -248,7 +250,8 @@ def response_head(response_id: str, model: str, got: Dict[str, Any]) -> Dict[str
             "previous_response_id": None, "parallel_tool_calls": fields.value(got, fields.RESP, "parallel_tool_calls"),
             "tool_choice": got.get("tool_choice", "auto"), "tools": got.get("tools", []),
             "reasoning": {"effort": effort, "summary": None}, "store": fields.value(got, fields.RESP, "store"),
-            "temperature": got.get("temperature"), "top_p": got.get("top_p"), "text": {"format": {"type": "text"}},
+            "temperature": got.get("temperature"), "top_p": got.get("top_p"),
+            "text": got.get("text") or {"format": {"type": "text"}},
             "truncation": "disabled", "user": got.get("user"), "metadata": got.get("metadata") or {},
             "background": False}
 
