@@ -21,7 +21,6 @@ import json
 from typing import Any, Dict, Optional
 
 from . import fields
-from .parser_routes import check_tools
 from .validate import bad
 from ..engines import CONSTRAINTS
 from ..parsers.forced import ForcedCalls, tool_call_schema
@@ -33,24 +32,17 @@ def is_forced(choice: Any) -> bool:
 
 
 def constrain_tool_choice(body: Dict[str, Any], got: Dict[str, Any], sp: SamplingParams) -> None:
-    """Set the constraint a forced ``tool_choice`` asks for on ``sp``; 400s for what cannot be forced."""
+    """Set the constraint a forced ``tool_choice`` asks for on ``sp``.  The tools and the
+    choice were judged first (:func:`mtok.api.chat_tools.check_tool_request`: tools given, the
+    named one among them, their ``$defs`` consistent); what is left is a clash of constraints."""
     choice = body.get("tool_choice")
     if not is_forced(choice):
         return
-    tools = check_tools(body.get("tools"))
-    if not tools:
-        raise bad("'tool_choice' %s needs 'tools'" % ("'required'" if choice == "required" else "naming a function"),
-                  "tool_choice")
     if any(getattr(sp, c) is not None for c in CONSTRAINTS):
         raise bad("tool_choice 'required' or a named tool cannot be combined with response_format, regex, or ebnf: "
                   "the tool-call constraint and the output constraint cannot both be honored.", "tool_choice")
-    try:
-        schema = tool_call_schema(tools, choice, fields.value(got, fields.CHAT, "parallel_tool_calls"))
-    except ValueError as e:
-        raise bad(str(e), "tools") from None
-    if schema is None:
-        raise bad(f"Tool '{choice['function']['name']}' not found in tools list.", "tool_choice")
-    sp.json_schema = json.dumps(schema)  # SGLang's string, byte for byte
+    parallel = fields.value(got, fields.CHAT, "parallel_tool_calls")
+    sp.json_schema = json.dumps(tool_call_schema(body["tools"], choice, parallel))  # SGLang's string, byte for byte
     sp.constraint_from = "tool_choice"
 
 
