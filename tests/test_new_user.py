@@ -4,8 +4,10 @@ test runs that leave no server logs behind."""
 
 from __future__ import annotations
 
+import configparser
 import gc
 import os
+import re
 import subprocess
 import sys
 
@@ -52,3 +54,28 @@ def test_a_servers_log_file_goes_with_it():
     del srv
     gc.collect()
     assert not os.path.exists(path)
+
+
+def test_install_lines_work_from_a_checkout():
+    """Issue 25: the README said ``pip install mtok[chat]``; PyPI's ``mtok`` is
+    another project, so every install line names the checkout or the package."""
+    wrong = re.compile(r"pip install [\"']?mtok\[")
+    found = []
+    for folder, _, names in os.walk(ROOT):
+        if any(part in folder for part in (".git", "node_modules", ".tox", "venv")):
+            continue
+        for name in names:
+            if name.endswith((".md", ".py", ".cfg", ".txt")):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    found += [f"{os.path.relpath(path, ROOT)}: {m.group(0)}" for m in wrong.finditer(f.read())]
+    found = [f for f in found if not f.startswith("tests" + os.sep + "test_new_user.py")]
+    assert not found, found
+
+
+def test_the_test_extra_installs_the_chat_reference():
+    """Without transformers about 250 chat differential tests skip on a fresh clone."""
+    config = configparser.ConfigParser()
+    config.read(os.path.join(ROOT, "setup.cfg"))
+    extra = [line.split("#")[0].strip() for line in config["options.extras_require"]["test"].splitlines()]
+    assert "transformers" in extra

@@ -20,7 +20,8 @@ class HFTokenizer(LibraryTokenizer):
         try:
             import tokenizers
         except ImportError as e:  # pragma: no cover - guarded by load_tokenizer
-            raise TokenizerError("the 'hf' backend needs the tokenizers package (pip install mtok[hf])") from e
+            raise TokenizerError("the 'hf' backend needs the tokenizers package "
+                                 "(pip install tokenizers; from a checkout, pip install -e '.[hf]')") from e
         try:
             self._tok = tokenizers.Tokenizer.from_file(files.json_path)
         except Exception as e:
