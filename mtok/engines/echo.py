@@ -12,8 +12,10 @@ vocabulary of V ids.  So the token itself has logprob ``-ln 2``, the top-n
 are ``c, c+1, ..., c+n-1`` (mod V) with logprobs ``-ln 2, -2 ln 2, ...``, and
 any id's logprob follows from the same formula.  It serves ``n`` (every sample
 is the same echo), ``max_new_tokens: 0`` (prompt scoring) and ``/flush_cache``
-(it caches nothing), and refuses constraints (regex, JSON schema, grammar),
-logit bias and LoRA adapters, which it cannot honour.  It also embeds (``/v1/embeddings``,
+(it caches nothing), ``logit_bias`` (added to those logits, it picks the
+greedy token: a bias can make it say another token; its logprobs stay the
+unbiased ones, as vLLM's raw logprobs) and refuses constraints (regex, JSON
+schema, grammar) and LoRA adapters, which it cannot honour.  It also embeds (``/v1/embeddings``,
 ``/encode``): a deterministic bag-of-tokens vector, cheap enough for tests and
 benchmarks.
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import Engine, PositionLogprobs
 
@@ -36,7 +38,8 @@ LN2 = math.log(2.0)
 
 
 class EchoEngine(Engine):
-    capabilities = frozenset(("logprobs", "top_logprobs", "token_ids_logprob", "prefill_only", "n", "flush_cache"))
+    capabilities = frozenset(("logprobs", "top_logprobs", "token_ids_logprob", "prefill_only", "n", "flush_cache",
+                              "logit_bias"))
 
     def logprobs(self, req: Any, position: int, top_n: int, token_ids: Optional[List[int]]) -> PositionLogprobs:
         vocab = self.ctx.tokenizer.vocab_size
@@ -50,7 +53,13 @@ class EchoEngine(Engine):
         pass
 
     def step(self, batch: Sequence[Any]) -> List[int]:
-        return [r.input_ids[len(r.output_ids) % len(r.input_ids)] for r in batch]
+        vocab = self.ctx.tokenizer.vocab_size
+        out = []
+        for r in batch:
+            c = r.input_ids[len(r.output_ids) % len(r.input_ids)]
+            bias = r.sampling_params.logit_bias
+            out.append(biased_choice(c, bias, vocab) if bias else c)
+        return out
 
     def embed(self, batch: Sequence[Any]) -> List[List[float]]:
         return [echo_embedding(r.input_ids) for r in batch]
@@ -59,6 +68,29 @@ class EchoEngine(Engine):
 def echo_logprob(predicted: int, token: int, vocab: int) -> float:
     """The echo engine's logprob of ``token`` where it predicts ``predicted``."""
     return -(1 + (token - predicted) % vocab) * LN2
+
+
+def biased_choice(predicted: int, bias: Dict[str, float], vocab: int) -> int:
+    """The greedy token once ``bias`` (token id as a decimal string -> a value
+    in [-100, 100], as mtok.managers.prepare spells it) is added to the echo
+    logits ``-(1 + d) ln 2`` (``d``: distance after ``predicted``); ties go to
+    the nearer.  Only tokens up to 100 / ln 2 (145) places past the first
+    unbiased one can win, so that window is all it looks at: its cost is the
+    bias's size at most, not the vocabulary's."""
+    best, best_logit, d, end = predicted, -math.inf, 0, vocab - 1
+    while d <= end:
+        t = (predicted + d) % vocab
+        b = bias.get(str(t))
+        logit = -(1 + d) * LN2 + (b or 0.0)
+        if logit > best_logit:
+            best, best_logit = t, logit
+        if b is None:  # unbiased: no token past d + _REACH beats it, even by the largest bias
+            end = min(end, d + _REACH)
+        d += 1
+    return best
+
+
+_REACH = math.ceil(100 / LN2)
 
 
 EMBEDDING_DIM = 64

@@ -9,7 +9,7 @@ problem is a 400 naming the field, found before anything is sent.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..api.limits import (check_batch_size, check_client_rids, check_logprob_entries, check_stop_regexes,
                           check_stops, check_top_logprobs)
@@ -53,6 +53,8 @@ def generate_reqs(obj: GenerateReqInput, prompts: List[List[int]], model: ModelE
         if sp is not checked:
             check_stops(sp.stop, args.max_stop_strings, args.max_stop_chars)
             check_stop_regexes(sp.stop_regex, args.max_stop_regexes, args.max_stop_regex_length)
+            if sp.logit_bias:
+                sp.logit_bias = logit_bias(sp.logit_bias, model)
             checked = sp
         where = f" (prompt {i})" if obj.is_batch else ""
         if not ids:
@@ -119,6 +121,24 @@ def _scored(obj: GenerateReqInput, ids: List[int]) -> int:
     """Prompt tokens of ``ids`` scored: from ``logprob_start_len`` on (-1: none)."""
     start = obj.logprobs.start_len  # type: ignore[union-attr]
     return len(ids) - start if 0 <= start < len(ids) else 0
+
+
+def logit_bias(bias: Dict[str, Any], model: ModelEntry) -> Dict[str, float]:
+    """``logit_bias`` in one spelling: keys token ids in the vocabulary (refused
+    like ``stop_token_ids``, naming the id and the vocabulary's size, before any
+    engine is asked), written as decimal strings; values numbers, clamped to
+    [-100, 100] (OpenAI's range, clamped as vLLM does)."""
+    out: Dict[str, float] = {}
+    for key, value in bias.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise bad(f"'logit_bias' keys are token ids, not {show(key)}", "logit_bias") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise bad(f"'logit_bias' values are numbers; token {token} has {show(value)}", "logit_bias")
+        out[str(token)] = max(-100.0, min(100.0, float(value)))
+    model.check_ids([[int(k) for k in out]], "logit_bias")
+    return out
 
 
 def check_skip_tokenizer_init(obj: GenerateReqInput, args: ServerArgs) -> None:
