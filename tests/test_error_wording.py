@@ -124,14 +124,17 @@ def test_a_forced_choice_without_its_tool_is_refused_in_sglangs_words(srv, body,
 
 
 @pytest.mark.parametrize("choice", ["auto", "required", {"type": "function", "function": {"name": "get_weather"}}])
-def test_an_invalid_parameters_schema_is_judged_before_the_choice(srv, choice):
-    bad_params = {"type": "object", "properties": {"city": "a string, please"}}
+@pytest.mark.parametrize("bad_params,words", [
+    ({"type": "object", "properties": {"city": "a string, please"}}, "'a string, please' is not of type 'object', "
+                                                                     "'boolean'"),
+    ({"type": "object", "properties": {"city": {"type": "unknown_type"}}}, "'unknown_type' is not one of"),
+])
+def test_an_invalid_parameters_schema_is_judged_before_the_choice(srv, choice, bad_params, words):
     status, resp = srv.post("/v1/chat/completions", chat(tools=[tool(parameters=WEATHER), tool("t2", bad_params)],
                                                          tool_choice=choice))
     assert status == 400, resp
     err = error(resp)
-    assert err["message"].startswith("Tool 1 function has invalid 'parameters' schema: 'a string, please' is not of "
-                                     "type 'object', 'boolean'"), err
+    assert err["message"].startswith(f"Tool 1 function has invalid 'parameters' schema: {words}"), err
     assert err["param"] == "tools[1].function.parameters"
 
 
@@ -161,7 +164,8 @@ def test_a_tool_without_a_name_is_refused_naming_it(srv):
 # -- the schema check, in process ----------------------------------------------------------------------
 @pytest.mark.unit
 @pytest.mark.parametrize("schema", [
-    WEATHER, True, {}, {"type": ["string", "null"]}, {"type": "varchar"},
+    WEATHER, True, {}, {"type": ["string", "null"]}, {"type": "varchar"}, {"type": "int64"},
+    {"type": "decimal(10,2)"}, {"type": "list[str]"}, {"type": "Integer"},
     {"type": "object", "properties": {"o": {"$ref": "#/$defs/O"}}, "$defs": {"O": {"type": "object",
      "additionalProperties": False, "properties": {"u": {"enum": ["c", "f"], "default": "c"}}}}},
     {"anyOf": [{"type": "integer", "minimum": 0}, False], "items": {"type": "string", "maxLength": 3}},
@@ -175,6 +179,8 @@ def test_schemas_that_are_json_schemas_pass(schema):
     ([], "schema"), ({"properties": []}, "['properties']"), ({"required": "city"}, "['required']"),
     ({"required": ["a", "a"]}, "['required']"), ({"items": 3}, "['items']"), ({"anyOf": []}, "['anyOf']"),
     ({"minLength": -1}, "['minLength']"), ({"type": 5}, "['type']"), ({"multipleOf": 0}, "['multipleOf']"),
+    ({"type": "unknown_type"}, "['type']"), ({"type": "internal"}, "['type']"), ({"type": ["string", "listing"]},
+                                                                               "['type']"),
     ({"properties": {"a": {"properties": {"b": None}}}}, "['properties']['a']['properties']['b']"),
 ])
 def test_schemas_that_are_not_say_where(schema, where):

@@ -13,9 +13,10 @@ wrong anyway.
 
 The schema check is the structure of Draft 2020-12's meta-schema (what each
 keyword must hold), walked without recursion, so a deep schema costs its size
-and cannot overflow the stack.  Type names are not checked against the seven
-JSON types: SGLang rewrites database-style ones (``varchar``, ``int``) before
-it checks, so a name mtok does not know is left to the template and engine.
+and cannot overflow the stack.  A ``type`` names one of the seven JSON
+types, or a database-style name SGLang rewrites to one before it checks
+(``varchar``, ``int32``, ``decimal(10,2)``, ``list[str]``): those pass as
+given; any other name (``"unknown_type"``) is an invalid schema, as in SGLang.
 """
 
 from __future__ import annotations
@@ -38,9 +39,23 @@ _STRINGS = ("$ref", "$id", "$anchor", "pattern", "format", "title", "description
 _BOOLS = ("uniqueItems", "readOnly", "writeOnly", "deprecated")
 
 
-def _kind(v: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(v), "number")
+JSON_TYPES = frozenset(("null", "boolean", "object", "array", "number", "string", "integer"))
+# Database / ORM spellings, by the JSON type they stand for: whole names, and stems that
+# may carry a size or parameters after them ("int64", "list[str]", "float(8)")
+_DB_NAMES = frozenset("str text varchar char enum uuid date datetime time timestamp binary blob bytea bytes "
+                      "varbinary bool bigint smallint tinyint double decimal real numeric arr tuple set map".split())
+_DB_STEMS = ("int", "uint", "long", "short", "unsigned", "num", "float", "list", "dict")
+_AFTER_STEM = frozenset("0123456789[<( \t")
+
+
+def _known_type(name: str) -> bool:
+    """One of the JSON types, or a name SGLang maps onto one."""
+    if name in JSON_TYPES:
+        return True
+    base = name.split("(", 1)[0].strip().lower()
+    if base in JSON_TYPES or base in _DB_NAMES:
+        return True
+    return any(base == stem or (base.startswith(stem) and base[len(stem):][:1] in _AFTER_STEM) for stem in _DB_STEMS)
 
 
 def _is_count(v: Any) -> bool:
@@ -57,9 +72,13 @@ def _keyword_problem(key: str, v: Any) -> Optional[str]:
         return f"{show(v)} is not of type 'object'"
     if key in _SCHEMA_LIST and not (isinstance(v, list) and v):
         return f"{show(v)} is not a non-empty array"
-    if key == "type" and not (isinstance(v, str) or (isinstance(v, list) and v and all(isinstance(t, str) for t in v)
-                                                     and len(set(v)) == len(v))):
-        return f"{show(v)} is not a type name or an array of distinct type names"
+    if key == "type":
+        names = [v] if isinstance(v, str) else v if isinstance(v, list) and v else None
+        if names is None or not all(isinstance(t, str) for t in names) or len(set(names)) != len(names):
+            return f"{show(v)} is not a type name or an array of distinct type names"
+        unknown = next((t for t in names if not _known_type(t)), None)
+        if unknown is not None:
+            return f"{show(unknown)} is not one of {', '.join(map(repr, sorted(JSON_TYPES)))}"
     if key == "required" and not (isinstance(v, list) and all(isinstance(n, str) for n in v) and len(set(v)) == len(v)):
         return f"{show(v)} is not an array of distinct strings"
     if key == "enum" and not isinstance(v, list):
