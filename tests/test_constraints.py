@@ -226,6 +226,9 @@ def test_response_format_json_schema_is_forwarded_and_the_json_is_content(upstre
     assert got == ('{"city": "Oslo"}', [], "stop")
     chat(srv, response_format={"type": "json_object"}, tools=None)
     assert constraint_sent(standin) == '{"type": "object"}'
+    tag = {"type": "structural_tag", "structures": [{"begin": "<a>", "schema": {}, "end": "</a>"}], "triggers": ["<a>"]}
+    chat(srv, response_format=tag, tools=None)
+    assert constraint_sent(standin, "structural_tag") == json.dumps(tag)  # the whole object, as SGLang sends it
 
 
 def test_completions_and_generate_forward_every_constraint(upstream):
@@ -279,6 +282,8 @@ def echo():
     ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}},
      "response_format"),
     ("/v1/completions", {"prompt": "a", "response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/completions", {"prompt": "a", "response_format": {"type": "structural_tag", "structures": [],
+                                                            "triggers": []}}, "response_format"),
     ("/generate", {"text": "a", "sampling_params": {"json_schema": "{}"}}, "json_schema"),
     ("/generate", {"text": "a", "sampling_params": {"ebnf": 'root ::= "a"'}}, "ebnf"),
 ])
