@@ -179,3 +179,9 @@ def test_an_upstream_failing_mid_stream_ends_it_with_response_failed(server_fact
         assert any(e.type == "response.output_text.delta" for e in events)  # it had begun
     finally:
         standin.stop()
+
+
+@pytest.mark.parametrize("field", ["reasoning", "text", "metadata", "chat_template_kwargs"])
+def test_an_object_field_given_as_something_else_is_a_400(srv, field):
+    status, _, err = srv.request("POST", "/v1/responses", {"input": "Hi", field: "high"}, headers=auth())
+    assert status == 400 and err["error"]["param"] == field, err

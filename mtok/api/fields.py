@@ -204,7 +204,8 @@ TABLE: Tuple[Field, ...] = (
     Field("instruct", _where(RERANK), REFUSED, why="reranking is by embeddings here, with no reranker template"),
     Field("model", _where(SCORE, RERANK), USED, v.as_str),
     # -- /v1/responses: read here, then as a chat completion (mtok.api.responses) ----------------
-    *_rows(USED, [RESP], "input tools tool_choice reasoning text metadata chat_template_kwargs"),
+    *_rows(USED, [RESP], "input tools tool_choice"),
+    *(Field(n, _where(RESP), USED, v.as_object) for n in ("reasoning", "text", "metadata", "chat_template_kwargs")),
     Field("instructions", _where(RESP), USED, v.as_str),
     Field("max_output_tokens", _where(RESP), USED, _int1, why="without it, the rest of the context"),
     Field("stream", _where(RESP), USED, v.as_bool, False),

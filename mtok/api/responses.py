@@ -148,7 +148,13 @@ def response_format(text: Any) -> Optional[Dict[str, Any]]:
     return {"type": fmt.get("type")}
 
 
-def chat_body(body: Dict[str, Any], got: Dict[str, Any]) -> Dict[str, Any]:
+def reasoning_effort(got: Dict[str, Any]) -> Any:
+    """``reasoning.effort``, if the body gives one."""
+    reasoning = got.get("reasoning")
+    return reasoning.get("effort") if isinstance(reasoning, dict) else None
+
+
+def chat_body(got: Dict[str, Any]) -> Dict[str, Any]:
     """The chat completion body a Responses body stands for."""
     if "input" not in got:
         raise bad("'input' is required", "input")
@@ -163,7 +169,7 @@ def chat_body(body: Dict[str, Any], got: Dict[str, Any]) -> Dict[str, Any]:
                        ("response_format", response_format(got.get("text")))):
         if value is not None:
             chat[key] = value
-    effort = (got.get("reasoning") or {}).get("effort") if isinstance(got.get("reasoning"), dict) else None
+    effort = reasoning_effort(got)
     if effort == "none":  # as SGLang: thinking off, whichever key the template reads
         chat["chat_template_kwargs"] = {"thinking": False, "enable_thinking": False,
                                         **(chat.get("chat_template_kwargs") or {})}
@@ -222,9 +228,8 @@ class ResponsesRoutes:
 
     @route("POST", "/v1/responses", inline=True, offload=True)
     def responses(self, req: Request) -> Any:
-        body = require_object(req.json())
-        got = fields.read(body, fields.RESP, self.args.strict_fields)
-        chat = chat_body(body, got)
+        got = fields.read(require_object(req.json()), fields.RESP, self.args.strict_fields)
+        chat = chat_body(got)
         obj, model, parsers, _ = self.chat_request(chat, fields.read(chat, fields.CHAT, False))
         rid = self.tm.assign_rids(obj)
         head = response_head(f"resp_{rid}", model.name, got)
@@ -243,7 +248,7 @@ class ResponsesRoutes:
 
 def response_head(response_id: str, model: str, got: Dict[str, Any]) -> Dict[str, Any]:
     """The response object, in progress: what every event's ``response`` starts from."""
-    effort = (got.get("reasoning") or {}).get("effort") if isinstance(got.get("reasoning"), dict) else None
+    effort = reasoning_effort(got)
     return {"id": response_id, "object": "response", "created_at": int(time.time()), "model": model,
             "status": "in_progress", "output": [], "usage": None, "error": None, "incomplete_details": None,
             "instructions": got.get("instructions"), "max_output_tokens": got.get("max_output_tokens"),
