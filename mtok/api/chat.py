@@ -82,7 +82,7 @@ def _check_budget(body: Dict[str, Any], got: Dict[str, Any], context_length: int
     budget = fields.value(got, fields.CHAT, "max_new_tokens")
     if budget is not None and budget > context_length:
         row = fields.FIELDS[fields.CHAT]["max_new_tokens"]
-        param = next(k for k in (row.name,) + row.aliases if body.get(k) is not None)
+        param = next((k for k in (row.name,) + row.aliases if body.get(k) is not None), row.name)
         raise bad(f"max_completion_tokens is too large: {budget}. This model supports at most {context_length} "
                   "completion tokens.", param)
 
