@@ -196,7 +196,7 @@ class StopRegexes:
     """One request's patterns and where matching stands: fed each piece of new
     text once, it reports the first match (its start and pattern)."""
 
-    __slots__ = ("patterns", "prog", "starts", "threads", "pos", "prev", "quiet_until")
+    __slots__ = ("patterns", "prog", "starts", "threads", "pos", "prev", "quiet_until", "first_chars")
 
     def __init__(self, patterns: Sequence[str]):
         self.patterns = list(patterns)
@@ -205,12 +205,39 @@ class StopRegexes:
         self.pos = 0  # characters fed so far
         self.prev: Optional[str] = None  # the last of them
         self.quiet_until = -1  # matches ending here or before were passed over
+        self.first_chars = self._first_chars()
+
+    def _first_chars(self) -> Optional[frozenset]:
+        """The characters any match must begin with, when every pattern begins with
+        literals and no anchor (``and|or``: a, o); None otherwise.  While no match
+        is under way, any other character is passed over without following the NFA."""
+        chars, stack, seen = set(), list(self.starts), set()
+        while stack:
+            pc = stack.pop()
+            if pc in seen:
+                continue
+            seen.add(pc)
+            op, a, b = self.prog[pc]
+            if op == CHAR:
+                chars.add(a)
+            elif op == SPLIT:
+                stack += [a, b]
+            elif op == JMP:
+                stack.append(a)
+            else:  # a class, an anchor, or a pattern that can match nothing at all
+                return None
+        return frozenset(chars)
 
     def feed(self, text: str, report: bool = True) -> Optional[Tuple[int, str]]:
         """Take ``text``; the (start, pattern) of the first match that ends in it
         (or at its end), or None.  With ``report`` false, matches ending in it
         are passed over (as stop strings are before ``min_new_tokens``)."""
+        first = self.first_chars
         for c in text:
+            if first is not None and not self.threads and c not in first:
+                self.pos += 1
+                self.prev = c
+                continue
             hit, waiting = self._close(c)
             if hit is not None and report:
                 return hit
@@ -225,6 +252,8 @@ class StopRegexes:
         if not report:
             self.quiet_until = self.pos
             return None
+        if first is not None and not self.threads:
+            return None  # nothing under way, and no pattern matches the empty text
         return self._close(None)[0]  # at the text's end so far: `$`, `\b`
 
     def hold_from(self) -> Optional[int]:
