@@ -30,8 +30,10 @@ END = "<<END>>"
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["N1", "N2"])
 def srv(request, server_factory):
-    return server_factory("--tokenizer-worker-num", str(request.param), "--served-model-name", SERVED,
-                          "--chat-template", ECHO_LAST, "--tool-call-parser", "hermes")
+    """Two models of the default tokenizer: ``SERVED`` (the default) and ``think``, which reasons (deepseek-r1)."""
+    return server_factory("--tokenizer-worker-num", str(request.param), "--model", f"{SERVED}={DEFAULT_TOKENIZER_DIR}",
+                          "--model", f"think={DEFAULT_TOKENIZER_DIR}", "--chat-template", ECHO_LAST,
+                          "--tool-call-parser", "hermes", "--reasoning-parser", "think=deepseek-r1")
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +98,8 @@ def test_chat_usage_counts_the_prompt_once_with_n(srv):
     prompt = srv.post("/tokenize", {"messages": [{"role": "user", "content": says}]})[1]["count"]
     status, resp = srv.post("/v1/chat/completions", chat_body(says, max_tokens=3, n=3))
     assert status == 200 and len(resp["choices"]) == 3
-    assert resp["usage"] == {"prompt_tokens": prompt, "completion_tokens": 9, "total_tokens": prompt + 9}
+    assert resp["usage"] == {"prompt_tokens": prompt, "completion_tokens": 9, "total_tokens": prompt + 9,
+                             "reasoning_tokens": 0}  # SGLang's key, 0 without a reasoning parser
     events = srv.stream("/v1/chat/completions", chat_body(says, max_tokens=3, n=3, stream=True,
                                                           stream_options={"include_usage": True}))
     assert events[-2]["choices"] == [] and events[-2]["usage"] == resp["usage"]
@@ -122,7 +125,7 @@ CARD_KEYS = {"id", "object", "created", "owned_by", "root", "parent", "max_model
 
 def test_model_cards_carry_sglangs_fields(srv, client):
     status, body = srv.get("/v1/models")
-    assert status == 200 and [set(m) for m in body["data"]] == [CARD_KEYS]
+    assert status == 200 and [set(m) for m in body["data"]] == [CARD_KEYS, CARD_KEYS]
     card = body["data"][0]
     assert card["id"] == card["root"] == SERVED and card["parent"] is None and card["object"] == "model"
     assert isinstance(card["max_model_len"], int) and card["max_model_len"] > 0
@@ -140,19 +143,17 @@ def test_an_unknown_model_id_is_a_404_model_not_found(srv, client):
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("non-existent-model")
     assert srv.get("/v1/models/org/other")[0] == 404
-    # requests still take any name while one model is served (as SGLang's do)
-    assert srv.post("/v1/completions", {"model": "whatever", "prompt": "x", "max_tokens": 1})[0] == 200
 
 
 # -- 5. continuous_usage_stats ---------------------------------------------------------------------
-def check_running_usage(chunks, prompt, final):
-    """Each chunk's usage is its choice's so far: the prompt, completion tokens that only grow."""
+def check_running_usage(chunks, prompt, final, key="completion_tokens"):
+    """Each chunk's usage is its choice's so far: the prompt, completion (or reasoning) tokens that only grow."""
     seen = {}
     for c in chunks:
         u, i = c["usage"], c["choices"][0]["index"]
         assert u["prompt_tokens"] == prompt and u["total_tokens"] == prompt + u["completion_tokens"], c
-        assert u["completion_tokens"] >= seen.get(i, 0), c
-        seen[i] = u["completion_tokens"]
+        assert u[key] >= seen.get(i, 0), c
+        seen[i] = u[key]
     assert set(seen.values()) == {final}
 
 
@@ -177,8 +178,9 @@ def test_continuous_usage_on_every_chat_chunk(srv, client):
     events = srv.stream("/v1/chat/completions", chat_body(says, max_tokens=4, stream=True, stream_options={
         "include_usage": True, "continuous_usage_stats": True}))
     chunks = choices_of(events)
-    assert chunks[0]["usage"] == {"prompt_tokens": prompt, "completion_tokens": 0, "total_tokens": prompt}
-    check_running_usage(chunks[1:], prompt, 4)
+    assert chunks[0]["usage"] is None and chunks[-1]["usage"] is None  # the role and finish chunks: SGLang's
+    check_running_usage(chunks[1:-1], prompt, 4)
+    assert all(c["usage"]["reasoning_tokens"] == 0 for c in chunks[1:-1])
     stream = client.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": says}], max_tokens=4,
                                             stream=True, stream_options={"include_usage": True,
                                                                          "continuous_usage_stats": True})
@@ -186,6 +188,29 @@ def test_continuous_usage_on_every_chat_chunk(srv, client):
     with_content = [c for c in got if c.choices and c.choices[0].delta.content]
     assert with_content and all(c.usage is not None for c in with_content)
     assert got[-1].choices == [] and got[-1].usage.completion_tokens == 4
+
+
+def test_reasoning_tokens_are_counted_as_sglang_counts_them(srv, client):
+    """Output tokens up to and including the reasoning's end marker; deepseek-r1 reasons
+    from the first token, so every running usage has some (SGLang's test reads each)."""
+    says, thought = "Adding one and three</think>The sum is 4.", "Adding one and three</think>"
+    expect = count(srv, thought)
+    body = chat_body(says + END, model="think", stop=[END])
+    status, resp = srv.post("/v1/chat/completions", body)
+    assert status == 200 and resp["choices"][0]["message"]["reasoning_content"] == "Adding one and three"
+    u = resp["usage"]
+    assert u["reasoning_tokens"] == expect and u["completion_tokens_details"] == {"reasoning_tokens": expect}
+    assert u["completion_tokens"] > expect, u
+    stream = client.chat.completions.create(stream=True, stream_options={"include_usage": True,
+                                                                         "continuous_usage_stats": True}, **body)
+    chunks = list(stream)
+    with_usage = [c for c in chunks if c.usage]
+    assert len(with_usage) > 2 and all(c.usage.reasoning_tokens > 0 for c in with_usage)
+    assert with_usage[-1].choices == [] and with_usage[-1].usage.reasoning_tokens == expect
+    check_running_usage([c.model_dump() for c in with_usage[:-1]], u["prompt_tokens"], expect, "reasoning_tokens")
+    assert srv.post("/v1/chat/completions", dict(body, n=2))[1]["usage"]["reasoning_tokens"] == 2 * expect
+    plain = srv.post("/v1/chat/completions", chat_body(says + END, stop=[END]))[1]["usage"]
+    assert plain["reasoning_tokens"] == 0 and "completion_tokens_details" not in plain
 
 
 def test_stream_options_are_checked(srv):

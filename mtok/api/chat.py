@@ -25,7 +25,7 @@ from . import fields
 from ..managers.prepare import fit_budget_to_logprobs
 from ..wire.io_struct import GenerateReqInput, LogprobParams
 from .logprobs import chat_content
-from .openai import StreamUsage, openai_finish, parse_openai_sampling
+from .openai import StreamUsage, openai_finish, parse_openai_sampling, token_usage
 from .parse import parse_rid
 from .validate import bad, require_object
 
@@ -103,6 +103,35 @@ def prompt_ids(model: "ModelEntry", inp: ChatInput, add_special_tokens: bool = F
     return model.tokenizer.encode(render_prompt(model.chat, inp), add_special_tokens)
 
 
+class ReasoningTokens:
+    """SGLang's ``reasoning_tokens`` of one choice: its output tokens up to and including
+    those of the reasoning's end marker (all of them until it comes), or none when the
+    choice does not reason (no reasoning parser; one not forced whose start marker did
+    not open the text).  Each token is scanned once, however often it is asked."""
+
+    def __init__(self, parser: OutputParser, tokenizer: Any):
+        self.reasoning = getattr(parser, "reasoning", None)  # a ParsedOutput's mtok.parsers.ReasoningParser
+        self.end = tokenizer.encode(self.reasoning.end, False) if self.reasoning is not None else []
+        self.scanned = 0
+        self.found: Optional[int] = None
+
+    def count(self, text: str, ids: List[int]) -> int:
+        r = self.reasoning
+        if r is None or not self.end or not (r.force or text.startswith(r.start)):
+            return 0
+        if self.found is None:
+            self._scan(ids)
+        return len(ids) if self.found is None else self.found
+
+    def _scan(self, ids: List[int]) -> None:
+        end, k, n = self.end, len(self.end), len(ids)  # ids grow meanwhile: read up to n only
+        for i in range(max(0, self.scanned - k + 1), n - k + 1):
+            if ids[i] == end[0] and ids[i:i + k] == end:
+                self.found = i + k
+                return
+        self.scanned = n
+
+
 class ChatRoutes:
     """Mixed into :class:`mtok.api.native.Api`, which provides tm, args, start_stream, usage."""
 
@@ -114,11 +143,12 @@ class ChatRoutes:
         rid = self.tm.assign_rids(obj)  # the id holds the rid: /abort_request takes it
         head = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model.name}
         handle = self.tm.submit(obj, req.watch)
+        counts = [ReasoningTokens(p, model.tokenizer) for p in parsers]
         if obj.stream:
             head["object"] = "chat.completion.chunk"
-            events = self._chat_chunks(handle, head, parsers, usage, len(obj.input_ids))  # type: ignore[arg-type]
+            events = self._chat_chunks(handle, head, parsers, counts, usage, len(obj.input_ids))  # type: ignore
             return self.start_stream(handle, events)
-        return Pending(handle, lambda results: self._chat_completion(head, parsers, results))
+        return Pending(handle, lambda results: self._chat_completion(head, parsers, counts, results))
 
     def chat_request(self, body: Dict[str, Any], got: Dict[str, Any]
                      ) -> "tuple[GenerateReqInput, ModelEntry, List[OutputParser], StreamUsage]":
@@ -148,7 +178,8 @@ class ChatRoutes:
         parsers = [make_output_parser(body, model, self.args) for _ in range(obj.num_outputs)]  # one per choice
         return obj, model, parsers, usage
 
-    def _chat_completion(self, head: Dict[str, Any], parsers: List[OutputParser], results: List[Any]) -> Any:
+    def _chat_completion(self, head: Dict[str, Any], parsers: List[OutputParser], counts: List[ReasoningTokens],
+                         results: List[Any]) -> Any:
         choices = []
         for st in results:
             finish, matched = openai_finish(st)
@@ -158,7 +189,8 @@ class ChatRoutes:
                             "logprobs": {"content": chat_content(st.logprobs)} if st.logprobs is not None else None,
                             "finish_reason": parser.finish_reason(finish), "stop_reason": matched,
                             "matched_stop": matched})
-        return dict(head, choices=choices, usage=self.usage(results, len(parsers)))
+        reasoning = sum(counts[st.index].count(st.text, st.output_ids) for st in results)
+        return dict(head, choices=choices, usage=self.usage(results, len(parsers), reasoning))
 
     @staticmethod
     def message_tokens(model: "ModelEntry", body: Dict[str, Any], add_special_tokens: bool) -> List[int]:
@@ -168,20 +200,21 @@ class ChatRoutes:
         return prompt_ids(model, template_input(body), add_special_tokens)
 
     def _chat_chunks(self, states: Iterator["ReqState"], head: Dict[str, Any], parsers: List[OutputParser],
-                     usage: StreamUsage, prompt_tokens: int) -> Iterator[Any]:
+                     counts: List[ReasoningTokens], usage: StreamUsage, prompt_tokens: int) -> Iterator[Any]:
         """Per choice: role first, then content deltas (with their logprobs), then the
         finish; then usage, then [DONE] (OpenAI's order).  Every delta has
-        ``reasoning_content``, null when it carries none, as SGLang sends it."""
-        done: Dict[int, int] = {}  # completion tokens per choice, as of its last state
+        ``reasoning_content``, null when it carries none, as SGLang sends it; with
+        continuous usage, each content delta its choice's usage so far."""
+        so_far: Dict[int, Dict[str, Any]] = {}  # per choice, as of its last state
 
         def chunk(index: int, delta: Dict[str, Any], finish: Optional[str] = None, matched: Any = None,
-                  logprobs: Any = None) -> Dict[str, Any]:
+                  logprobs: Any = None, counted: bool = True) -> Dict[str, Any]:
             out = dict(head, choices=[{"index": index, "delta": dict(delta, reasoning_content=delta.get(
                 "reasoning_content")), "logprobs": logprobs, "finish_reason": finish, "stop_reason": matched}])
-            return usage.mark(out, prompt_tokens, done.get(index, 0))
+            return usage.mark(out, so_far.get(index) if counted else None)
 
         for i in range(len(parsers)):
-            yield chunk(i, {"role": "assistant", "content": ""})
+            yield chunk(i, {"role": "assistant", "content": ""}, counted=False)
         sent: Dict[int, int] = {}
         lp_sent: Dict[int, int] = {}
         final: Dict[int, "ReqState"] = {}
@@ -197,7 +230,8 @@ class ChatRoutes:
             # is complete by then), then one snapshot of the text for both slice and mark.
             finish, matched = openai_finish(st)
             text = st.text
-            done[i] = st.completion_tokens
+            if usage.continuous:
+                so_far[i] = token_usage(prompt_tokens, st.completion_tokens, counts[i].count(text, st.output_ids))
             deltas = parsers[i].feed(text[sent.get(i, 0):])
             sent[i] = len(text)
             logprobs = None
@@ -211,10 +245,11 @@ class ChatRoutes:
                 for delta in parsers[i].flush():
                     yield chunk(i, delta)
                 yield chunk(i, {}, parsers[i].finish_reason(finish), matched,
-                            logprobs if not deltas and logprobs else None)
+                            logprobs if not deltas and logprobs else None, counted=False)
                 final[i] = st
         if usage.final and len(final) == len(parsers):
-            yield dict(head, choices=[], usage=self.usage(list(final.values()), len(parsers)))
+            reasoning = sum(counts[i].count(st.text, st.output_ids) for i, st in final.items())
+            yield dict(head, choices=[], usage=self.usage(list(final.values()), len(parsers), reasoning))
         yield "[DONE]"
 
 

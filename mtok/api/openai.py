@@ -68,8 +68,16 @@ def parse_openai_sampling(got: Dict[str, Any]) -> "tuple[SamplingParams, StreamU
     return openai_sampling(got, fields.CHAT), stream_usage(got)
 
 
-def token_usage(prompt: int, completion: int) -> Dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+def token_usage(prompt: int, completion: int, reasoning: Optional[int] = None) -> Dict[str, Any]:
+    """OpenAI's usage; chat's (``reasoning`` given) also has SGLang's ``reasoning_tokens``,
+    0 without reasoning, and OpenAI's ``completion_tokens_details`` when there are some."""
+    out: Dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                           "total_tokens": prompt + completion}
+    if reasoning is not None:
+        out["reasoning_tokens"] = reasoning
+        if reasoning:
+            out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return out
 
 
 @dataclass(frozen=True)
@@ -82,10 +90,11 @@ class StreamUsage:
     final: bool = False
     continuous: bool = False
 
-    def mark(self, chunk: Dict[str, Any], prompt_tokens: int, completion_tokens: int) -> Dict[str, Any]:
-        """``chunk`` with its ``usage``: the choice's counts so far, or null while a final one is coming."""
-        if self.continuous:
-            chunk["usage"] = token_usage(prompt_tokens, completion_tokens)
+    def mark(self, chunk: Dict[str, Any], so_far: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        """``chunk`` with its ``usage``: ``so_far``, its choice's usage up to it (None on the
+        chunks SGLang sends without: chat's role and finish chunks), or null while a final one is coming."""
+        if self.continuous and so_far is not None:
+            chunk["usage"] = so_far
         elif self.final:
             chunk["usage"] = None
         return chunk
@@ -217,11 +226,11 @@ class OpenAIRoutes:
                 "usage": {"prompt_tokens": prompt, "total_tokens": prompt}}
 
     @staticmethod
-    def usage(states: List["ReqState"], per_prompt: int = 1) -> Dict[str, int]:
+    def usage(states: List["ReqState"], per_prompt: int = 1, reasoning: Optional[int] = None) -> Dict[str, Any]:
         """The choices' usage: each prompt once (the choices of prompt i are
-        indices i * ``per_prompt`` ...), every choice's completion tokens."""
+        indices i * ``per_prompt`` ...), every choice's completion (and ``reasoning``) tokens."""
         prompt = sum(st.prompt_tokens for st in states if st.index % per_prompt == 0)
-        return token_usage(prompt, sum(st.completion_tokens for st in states))
+        return token_usage(prompt, sum(st.completion_tokens for st in states), reasoning)
 
     def _completion_chunks(self, states: Iterator["ReqState"], head: Dict[str, Any], choices: "CompletionChoices",
                            usage: StreamUsage) -> Iterator[Any]:
@@ -236,7 +245,7 @@ class OpenAIRoutes:
                 final[st.index] = st
             elif not choice["text"] and not choice["logprobs"]:
                 continue
-            yield usage.mark(dict(head, choices=[choice]), st.prompt_tokens, st.completion_tokens)
+            yield usage.mark(dict(head, choices=[choice]), token_usage(st.prompt_tokens, st.completion_tokens))
         if usage.final and len(final) == choices.total:
             yield dict(head, choices=[], usage=self.usage(list(final.values()), choices.per_prompt))
         yield "[DONE]"
