@@ -213,6 +213,24 @@ def test_reasoning_tokens_are_counted_as_sglang_counts_them(srv, client):
     assert plain["reasoning_tokens"] == 0 and "completion_tokens_details" not in plain
 
 
+def test_generate_counts_reasoning_tokens_when_required(srv):
+    """SGLang's ``require_reasoning`` on /generate: meta_info's ``reasoning_tokens``, the
+    output up to and including the end marker's tokens, or all of it before that."""
+    says, thought = "Adding one and three</think>The sum is 4.", "Adding one and three</think>"
+    expect, total = count(srv, thought), count(srv, says)
+    body = {"model": "think", "text": says, "require_reasoning": True, "sampling_params": {"max_new_tokens": total}}
+    status, resp = srv.post("/generate", body)
+    assert status == 200 and resp["meta_info"]["reasoning_tokens"] == expect, resp
+    events = [e for e in srv.stream("/generate", dict(body, stream=True)) if e != "[DONE]"]
+    assert [e["meta_info"]["reasoning_tokens"] for e in events] == [min(len(e["output_ids"]), expect) for e in events]
+    assert events[-1]["meta_info"]["reasoning_tokens"] == expect
+    plain = srv.post("/generate", dict(body, model=SERVED))[1]["meta_info"]  # no --reasoning-parser: none
+    assert plain["reasoning_tokens"] == 0
+    assert "reasoning_tokens" not in srv.post("/generate", dict(body, require_reasoning=False))[1]["meta_info"]
+    status, resp = srv.post("/generate", dict(body, require_reasoning="yes"))
+    assert status == 400 and resp["error"]["param"] == "require_reasoning", resp
+
+
 def test_stream_options_are_checked(srv):
     status, resp = srv.post("/v1/completions", {"prompt": "x", "stream": True,
                                                 "stream_options": {"continuous_usage_stats": "yes"}})

@@ -109,8 +109,8 @@ class ReasoningTokens:
     choice does not reason (no reasoning parser; one not forced whose start marker did
     not open the text).  Each token is scanned once, however often it is asked."""
 
-    def __init__(self, parser: OutputParser, tokenizer: Any):
-        self.reasoning = getattr(parser, "reasoning", None)  # a ParsedOutput's mtok.parsers.ReasoningParser
+    def __init__(self, reasoning: Any, tokenizer: Any):
+        self.reasoning = reasoning  # an mtok.parsers.ReasoningParser, or None
         self.end = tokenizer.encode(self.reasoning.end, False) if self.reasoning is not None else []
         self.scanned = 0
         self.found: Optional[int] = None
@@ -143,7 +143,7 @@ class ChatRoutes:
         rid = self.tm.assign_rids(obj)  # the id holds the rid: /abort_request takes it
         head = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model.name}
         handle = self.tm.submit(obj, req.watch)
-        counts = [ReasoningTokens(p, model.tokenizer) for p in parsers]
+        counts = [ReasoningTokens(getattr(p, "reasoning", None), model.tokenizer) for p in parsers]  # ParsedOutput's
         if obj.stream:
             head["object"] = "chat.completion.chunk"
             events = self._chat_chunks(handle, head, parsers, counts, usage, len(obj.input_ids))  # type: ignore

@@ -180,9 +180,12 @@ TABLE: Tuple[Field, ...] = (
     Field("return_flat_raw_top_logprobs_b64", _where(GEN, SP, ENC, OAI, EMB), REFUSED, default=True, why=_RETURN),
     *_rows(REFUSED, [GEN, SP, ENC, OAI, EMB], "beam_width use_beam_search watermark watermarking bad_words "
            "allowed_token_ids custom_logit_processor session_params truncate_prompt_tokens max_thinking_tokens "
-           "require_reasoning thinking_token_budget repetition_detection vllm_xargs kv_transfer_params "
+           "thinking_token_budget repetition_detection vllm_xargs kv_transfer_params "
            "ec_transfer_params token_indices_to_pool multi_item_delimiter_indices is_cross_encoder_request "
            "prediction web_search_options use_activation decision_layout", "this server does not support it"),
+    Field("require_reasoning", _where(GEN), USED, v.as_bool, False,
+          why="meta_info's reasoning_tokens, counted with the model's --reasoning-parser"),
+    Field("require_reasoning", _where(SP, ENC, OAI, EMB), REFUSED, why="this server does not support it"),
     Field("length_penalty", OAI, REFUSED, default=1.0, why="beam search is not supported"),
     Field("add_special_tokens", _where(OAI, EMB), REFUSED, default=True,
           why="prompts are always tokenized with the tokenizer's special tokens"),

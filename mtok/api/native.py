@@ -7,6 +7,7 @@ client got wrong.  The same class serves every worker, whatever N is.
 
 from __future__ import annotations
 
+import collections
 import os
 import time
 from typing import Any, Dict, Iterator, List, Optional
@@ -14,7 +15,9 @@ from urllib.parse import parse_qs
 
 from .. import __version__
 from . import fields
-from .chat import ChatRoutes
+from .chat import ChatRoutes, ReasoningTokens
+from .chat_parsing import configured
+from ..parsers import make_reasoning_parser
 from .chat_templates import DEFAULT_NAME
 from .server import EventStream, Pending, Request, Response, route
 from ..wire.io_struct import GenerateReqInput, SamplingParams
@@ -61,13 +64,15 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
             raise
         return EventStream(events, handle=handle)
 
-    def meta_info(self, st: ReqState) -> Dict[str, Any]:
+    def meta_info(self, st: ReqState, thinking: Optional[Dict[int, ReasoningTokens]] = None) -> Dict[str, Any]:
         meta = {
             "id": st.rid,
             "finish_reason": finish_reason(st),
             "prompt_tokens": st.prompt_tokens,
             "completion_tokens": st.completion_tokens,
         }
+        if thinking is not None:
+            meta["reasoning_tokens"] = thinking[st.index].count(st.text, st.output_ids)
         if st.finished:
             meta["e2e_latency"] = round(time.monotonic() - st.created, 6)
         if st.logprobs is not None:
@@ -82,24 +87,36 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
     @route("PUT", "/generate", inline=True, prompt=single_prompt("text"))
     def generate(self, req: Request) -> Any:
         obj = parse_generate(req.json(), self.args.strict_fields)
+        thinking = self.reasoning_counts(req.json(), obj.model)
         as_list = obj.is_batch or obj.num_outputs > 1  # SGLang answers n > 1 with a list too
         handle = self.tm.submit(obj, req.watch)
         if obj.stream:
-            events = self._generate_events(handle, as_list, self.args.incremental_streaming_output)
+            events = self._generate_events(handle, as_list, self.args.incremental_streaming_output, thinking)
             return self.start_stream(handle, events)
 
         def render(states: List[ReqState]) -> Any:
-            out = [self._generate_result(st) for st in states]
+            out = [self._generate_result(st, thinking) for st in states]
             return out if as_list else out[0]
         return Pending(handle, render)
 
-    def _generate_result(self, st: ReqState) -> Dict[str, Any]:
-        meta = self.meta_info(st)  # first: the receiver thread adds text and ids, then the finish
+    def reasoning_counts(self, body: Dict[str, Any], model: Optional[str]) -> Optional[Dict[int, ReasoningTokens]]:
+        """SGLang's ``require_reasoning``: each output's ``reasoning_tokens`` in its meta_info,
+        counted with the model's ``--reasoning-parser`` as if it opened the block (none: 0)."""
+        if not fields.from_body(body, fields.GEN, "require_reasoning"):
+            return None
+        entry = self.tm.model(model)
+        name = configured(self.args)["reasoning"].get(entry.name)
+        reasoning = make_reasoning_parser(name) if name else None
+        return collections.defaultdict(lambda: ReasoningTokens(reasoning, entry.tokenizer))
+
+    def _generate_result(self, st: ReqState, thinking: Optional[Dict[int, ReasoningTokens]] = None) -> Dict[str, Any]:
+        meta = self.meta_info(st, thinking)  # first: the receiver thread adds text and ids, then the finish
         if self.args.skip_tokenizer_init:  # token ids out, no text (SGLang's BatchTokenIDOutput shape)
             return {"output_ids": list(st.output_ids), "meta_info": meta}
         return {"text": st.text, "output_ids": list(st.output_ids), "meta_info": meta}
 
-    def _generate_events(self, states: Iterator[ReqState], as_list: bool, incremental: bool) -> Iterator[Any]:
+    def _generate_events(self, states: Iterator[ReqState], as_list: bool, incremental: bool,
+                         thinking: Optional[Dict[int, ReasoningTokens]]) -> Iterator[Any]:
         """SGLang's stream: cumulative text and ids in every event, or, with
         --incremental-streaming-output, only what is new (output logprobs too)."""
         sent: Dict[int, Dict[str, int]] = {}
@@ -109,7 +126,7 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
                 yield err.body()
                 break
             if incremental:
-                meta = self.meta_info(st)
+                meta = self.meta_info(st, thinking)
                 text, out_ids = st.text, st.output_ids[:]
                 marks = sent.setdefault(st.index, {})
                 for key in OUTPUT_KEYS:  # each by its own length: they grow apart
@@ -120,7 +137,7 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
                 if self.args.skip_tokenizer_init:
                     del event["text"]
             else:
-                event = self._generate_result(st)
+                event = self._generate_result(st, thinking)
             if as_list:
                 event["index"] = st.index
             yield event
