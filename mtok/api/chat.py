@@ -140,6 +140,7 @@ class ChatRoutes:
         body = require_object(req.json())
         got = fields.read(body, fields.CHAT, self.args.strict_fields)  # mtok.api.fields: what each field does
         obj, model, parsers, usage = self.chat_request(body, got)
+        lead = echo_lead(body, got)
         rid = self.tm.assign_rids(obj)  # the id holds the rid: /abort_request takes it
         head = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model.name}
         handle = self.tm.submit(obj, req.watch)
@@ -147,8 +148,9 @@ class ChatRoutes:
         if obj.stream:
             head["object"] = "chat.completion.chunk"
             events = self._chat_chunks(handle, head, parsers, counts, usage, len(obj.input_ids))  # type: ignore
-            return self.start_stream(handle, events)
-        return Pending(handle, lambda results: self._chat_completion(head, parsers, counts, results))
+            return self.start_stream(handle, lead_chunks(events, lead, len(parsers)) if lead else events)
+        return Pending(handle, lambda results: vllm_extras(self._chat_completion(head, parsers, counts, results),
+                                                           results, lead, obj.logprobs))
 
     def chat_request(self, body: Dict[str, Any], got: Dict[str, Any]
                      ) -> "tuple[GenerateReqInput, ModelEntry, List[OutputParser], StreamUsage]":
@@ -171,7 +173,8 @@ class ChatRoutes:
         if implicit:
             sp.max_new_tokens = max(1, model.context_length - len(ids))
         obj = GenerateReqInput(input_ids=ids, sampling_params=sp, stream=fields.value(got, fields.CHAT, "stream"),
-                               model=model.name, lora_path=got.get("lora_path"), logprobs=chat_logprobs(got),
+                               model=model.name, lora_path=got.get("lora_path"),
+                               logprobs=chat_logprobs(got, model.tokenizer.vocab_size),
                                rid=parse_rid(got.get("rid"), False, 1))
         if implicit:
             fit_budget_to_logprobs(obj, [ids], self.args.max_logprob_entries)
@@ -253,11 +256,76 @@ class ChatRoutes:
         yield "[DONE]"
 
 
-def chat_logprobs(got: Dict[str, Any]) -> Optional[LogprobParams]:
-    """Chat's ``logprobs: true`` and ``top_logprobs: k``."""
-    if not fields.value(got, fields.CHAT, "logprobs"):
-        if got.get("top_logprobs"):
-            raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+def chat_logprobs(got: Dict[str, Any], vocab: int) -> Optional[LogprobParams]:
+    """Chat's ``logprobs: true`` and ``top_logprobs: k``, and vLLM's ``prompt_logprobs: k``
+    (each prompt token with its k top); -1 in either is the whole vocabulary (vLLM's),
+    held to ``--max-logprobs`` as any k (mtok.managers.prepare)."""
+    wanted = fields.value(got, fields.CHAT, "logprobs")
+    if not wanted and got.get("top_logprobs"):
+        raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+    prompt = got.get("prompt_logprobs")
+    if prompt is not None and fields.value(got, fields.CHAT, "stream"):
+        raise bad("'prompt_logprobs' are not available when 'stream' is true", "prompt_logprobs")
+    if not wanted and prompt is None:
         return None
-    return LogprobParams(top_n=got.get("top_logprobs", 0), with_text=True, param="top_logprobs")
+    return LogprobParams(start_len=-1 if prompt is None else 0, top_n=_whole(got.get("top_logprobs", 0), vocab)
+                         if wanted else 0, with_text=True, param="top_logprobs", output=bool(wanted),
+                         prompt_top_n=None if prompt is None else _whole(prompt, vocab))
 
+
+def _whole(k: int, vocab: int) -> int:
+    return vocab if k == -1 else k
+
+
+def echo_lead(body: Dict[str, Any], got: Dict[str, Any]) -> str:
+    """vLLM's chat ``echo``: the last message's content, when it is the assistant's
+    (the reply continues it, as with ``continue_final_message``), leads each
+    choice's content; its text parts are joined by newlines."""
+    last = body["messages"][-1] if got.get("echo") and body["messages"] else None
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return ""
+    content = last.get("content") or ""
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else ""
+
+
+def lead_chunks(events: Iterator[Any], lead: str, n: int) -> Iterator[Any]:
+    """A chat stream with the echoed ``lead``: after the choices' role chunks, one
+    content chunk each, as vLLM sends it."""
+    roles = [next(events) for _ in range(n)]
+    yield from roles
+    for role in roles:
+        yield dict(role, choices=[dict(role["choices"][0], delta={"content": lead, "reasoning_content": None})])
+    yield from events
+
+
+def vllm_extras(resp: Dict[str, Any], results: List[Any], lead: str, lp: Optional[LogprobParams]) -> Dict[str, Any]:
+    """A finished chat response with vLLM's extensions: the echoed ``lead`` before
+    each choice's content, and ``prompt_logprobs`` (a list: null for the first
+    token, then {id: {logprob, rank, decoded_token}} with the token's own and its
+    top ones; rank null where the engine's top does not hold the token)."""
+    for choice in resp["choices"]:
+        if lead:
+            choice["message"]["content"] = lead + (choice["message"]["content"] or "")
+        if lp is not None and not lp.output:
+            choice["logprobs"] = None
+    if lp is not None and lp.prompt_top_n is not None and results:
+        resp["prompt_logprobs"] = prompt_logprob_rows(results[0].logprobs or {})
+    return resp
+
+
+def prompt_logprob_rows(got: Dict[str, list]) -> List[Optional[Dict[str, Any]]]:
+    tops = got.get("input_top_logprobs") or []
+    out: List[Optional[Dict[str, Any]]] = []
+    for i, (lp, tid, text) in enumerate(got.get("input_token_logprobs", [])):
+        if lp is None:
+            out.append(None)
+            continue
+        top = tops[i] if i < len(tops) and tops[i] else []
+        ranks = {t: r for r, (_, t, _) in enumerate(top, 1)}
+        entry = {str(tid): {"logprob": lp, "rank": ranks.get(tid), "decoded_token": text}}
+        for r, (x, t, s) in enumerate(top, 1):
+            entry.setdefault(str(t), {"logprob": x, "rank": r, "decoded_token": s})
+        out.append(entry)
+    return out

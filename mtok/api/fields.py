@@ -74,6 +74,7 @@ def _rows(action: str, where: Iterable[str], names: str, why: str = "", default:
 
 _int0 = lambda x, n: v.as_int(x, n, 0)  # noqa: E731
 _int1 = lambda x, n: v.as_int(x, n, 1)  # noqa: E731
+_int_all = lambda x, n: v.as_int(x, n, -1)  # noqa: E731  (-1: every token of the vocabulary, vLLM's)
 _MAX_ALIASES = ("max_tokens", "max_completion_tokens")
 _MULTIMODAL = "this server's engines take text only"
 _RETURN = "this server does not produce it"
@@ -140,7 +141,11 @@ TABLE: Tuple[Field, ...] = (
     # OpenAI's shapes: completions' 'logprobs' is how many top tokens, chat's a switch (with 'top_logprobs')
     Field("logprobs", _where(CMPL), USED, _int0, None, capability="logprobs"),
     Field("logprobs", _where(CHAT), USED, v.as_bool, False, capability="logprobs"),
-    Field("top_logprobs", _where(CHAT), USED, _int0, 0, capability="top_logprobs"),
+    Field("top_logprobs", _where(CHAT), USED, _int_all, 0, capability="top_logprobs", why="-1: the whole vocabulary"),
+    Field("prompt_logprobs", _where(CHAT), USED, _int_all, None, capability="logprobs",
+          why="vLLM's: each prompt token's logprob and k top ones (-1: the whole vocabulary) as the "
+              "response's prompt_logprobs; not with stream"),
+    Field("prompt_logprobs", _where(GEN, SP, ENC, CMPL, EMB), REFUSED, why=_RETURN),
     # -- adapters: forwarded to an engine that has them ---------------------------------
     Field("lora_path", _where(GEN, ENC, OAI, EMB), FORWARDED, v.as_str, capability="lora"),
     Field("lora_id", _where(GEN, ENC), FORWARDED, v.as_str, capability="lora"),
@@ -160,7 +165,8 @@ TABLE: Tuple[Field, ...] = (
     *_rows(REFUSED, [CHAT], "functions function_call", "use 'tools' and 'tool_choice'"),
     Field("chat_template", _where(CHAT), REFUSED, why="the server's --chat-template renders every request"),
     Field("input_ids", _where(CHAT), REFUSED, why="send 'messages'; the chat template makes the prompt"),
-    Field("echo", _where(CHAT), REFUSED, default=False, why="echoing the last message is not supported"),
+    Field("echo", _where(CHAT), USED, v.as_bool, False,
+          why="vLLM's: the last message's content, when it is the assistant's, leads each choice's"),
     # -- asks for something this server cannot do -------------------------------------------
     *_rows(REFUSED, [GEN, ENC, OAI, EMB], "image_data video_data audio_data input_embeds "
            "mm_processor_kwargs images_config video_config max_dynamic_patch min_dynamic_patch "
@@ -174,7 +180,7 @@ TABLE: Tuple[Field, ...] = (
            "return_cached_tokens_details return_spec_tokens_details return_meta_info return_input_ids_in_sglext "
            "return_output_ids_in_sglext return_prompt_token_ids return_token_ids return_tokens_as_token_ids "
            "return_token_offsets return_prompt_text return_weight_versions return_pooled_hidden_states "
-           "prompt_logprobs logprob_token_ids sampling_logprobs_mode", _RETURN),
+           "logprob_token_ids sampling_logprobs_mode", _RETURN),
     # refused fields whose SGLang default is not empty (tests/test_fields.py holds each to the pinned one)
     Field("routed_experts_start_len", _where(GEN, SP, ENC, OAI, EMB), REFUSED, default=0, why=_RETURN),
     Field("return_flat_raw_top_logprobs_b64", _where(GEN, SP, ENC, OAI, EMB), REFUSED, default=True, why=_RETURN),

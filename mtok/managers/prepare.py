@@ -17,6 +17,7 @@ from ..api.validate import bad, show
 from ..wire.args import ServerArgs
 from ..wire.io_struct import GenerateReqInput, TokenizedEmbeddingReqInput, TokenizedGenerateReqInput
 from .models import ModelEntry
+from .scheduler_logprobs import side_top_n
 from .request_handle import ClientDisconnected
 
 ENCODE_SLICE = 256  # prompts tokenized between two looks at the client's connection
@@ -28,6 +29,7 @@ def generate_prompts(obj: GenerateReqInput, model: ModelEntry, args: ServerArgs,
     check_skip_tokenizer_init(obj, args)
     if obj.logprobs is not None:  # before tokenizing: it needs no prompt
         check_top_logprobs(obj.logprobs.top_n, args.max_logprobs, obj.logprobs.param)
+        check_top_logprobs(obj.logprobs.prompt_top_n or 0, args.max_logprobs, "prompt_logprobs")
     if not obj.rid_is_ours:
         check_client_rids(obj.rid if isinstance(obj.rid, list) else [obj.rid] if obj.rid else None)
     if obj.text is not None:
@@ -85,13 +87,15 @@ def context_error(prompt: int, new: int, context: int, where: str, prompt_param:
 
 def logprob_entries(obj: GenerateReqInput, prompts: List[List[int]]) -> int:
     """The logprob values ``obj`` asks for: per prompt, ``n`` x (its tokens
-    scored from ``logprob_start_len`` on + ``max_new_tokens``) x (the token's
-    own + the top ones + those asked for by id)."""
+    scored from ``logprob_start_len`` on x the values per prompt token +
+    ``max_new_tokens``, unless it asks for the prompt's only, x the values per
+    new token); a token's values are its own + the top ones + those asked for by id."""
     total = 0
     for i, ids in enumerate(prompts):
         sp = obj.params_at(i)
-        total += sp.n * (_scored(obj, ids) + sp.max_new_tokens)
-    return total * _per_token(obj)
+        new = sp.max_new_tokens if obj.logprobs.output else 0  # type: ignore[union-attr]
+        total += sp.n * (_scored(obj, ids) * _per_token(obj, True) + new * _per_token(obj, False))
+    return total
 
 
 def fit_budget_to_logprobs(obj: GenerateReqInput, prompts: List[List[int]], limit: int) -> None:
@@ -100,21 +104,21 @@ def fit_budget_to_logprobs(obj: GenerateReqInput, prompts: List[List[int]], limi
     ``limit`` (``--max-logprob-entries``) leaves after its prompt logprobs: it
     then ends with finish_reason "length" there, as it would at the context's
     end.  An explicit budget is counted as asked, and refused beyond the bound."""
-    if obj.logprobs is None:
+    if obj.logprobs is None or not obj.logprobs.output:
         return
-    room = limit // _per_token(obj)
-    samples = 0
+    room, samples = limit, 0
     for i, ids in enumerate(prompts):
-        room -= obj.params_at(i).n * _scored(obj, ids)
+        room -= obj.params_at(i).n * _scored(obj, ids) * _per_token(obj, True)
         samples += obj.params_at(i).n
+    fit = room // (samples * _per_token(obj, False))
     for i in range(len(prompts)):
         sp = obj.params_at(i)
-        sp.max_new_tokens = max(1, min(sp.max_new_tokens, room // samples))  # below 1: refused by the check
+        sp.max_new_tokens = max(1, min(sp.max_new_tokens, fit))  # below 1: refused by the check
 
 
-def _per_token(obj: GenerateReqInput) -> int:
+def _per_token(obj: GenerateReqInput, prompt: bool) -> int:
     lp = obj.logprobs
-    return 1 + lp.top_n + len(lp.token_ids or ())  # type: ignore[union-attr]
+    return 1 + side_top_n(lp, prompt) + len(lp.token_ids or ())  # type: ignore[union-attr]
 
 
 def _scored(obj: GenerateReqInput, ids: List[int]) -> int:

@@ -2,7 +2,8 @@
 
 A request with logprobs gets its prompt's logprobs (from ``logprob_start_len``
 on) when it joins the batch, and each new token's right after the step that
-made it (see :meth:`mtok.engines.Engine.logprobs`).  The (logprob, id) rows
+made it (see :meth:`mtok.engines.Engine.logprobs`), unless it asked for its
+prompt's only (``LogprobParams.output``).  The (logprob, id) rows
 wait in ``req.new_logprobs`` under SGLang's meta_info keys until the step's
 output message takes them to the detokenizer, which adds the token texts.
 """
@@ -22,6 +23,11 @@ def engine_error(e: Exception) -> FinishAbort:
     return FinishAbort(f"engine error: {type(e).__name__}: {e}", 500)
 
 
+def side_top_n(lp: Any, prompt: bool) -> int:
+    """The top logprobs asked per prompt token (``prompt``) or per new one."""
+    return lp.prompt_top_n if prompt and lp.prompt_top_n is not None else lp.top_n
+
+
 class LogprobSteps:
     """Mixed into :class:`mtok.managers.scheduler.Scheduler`, which provides ``models`` and ``abort``."""
 
@@ -33,7 +39,7 @@ class LogprobSteps:
         engine = self.models[req.model].engine
         n_in = len(req.input_ids)
         token = req.input_ids[position] if position < n_in else req.output_ids[position - n_in]
-        own, top, ids = engine.logprobs(req, position, lp.top_n, lp.token_ids)
+        own, top, ids = engine.logprobs(req, position, side_top_n(lp, position < n_in), lp.token_ids)
         return (float(own), token), [(float(x), int(t)) for x, t in top], \
             [(float(x), int(t)) for x, t in ids] if lp.token_ids is not None else None
 
@@ -42,7 +48,7 @@ class LogprobSteps:
         lp = req.logprobs
         new = req.new_logprobs = req.new_logprobs or {}
         new.setdefault(f"{side}_token_logprobs", []).extend(r[0] for r in rows)
-        if lp.top_n > 0:
+        if side_top_n(lp, side == "input") > 0:
             new.setdefault(f"{side}_top_logprobs", []).extend(r[1] for r in rows)
         if lp.token_ids is not None:
             new.setdefault(f"{side}_token_ids_logprobs", []).extend(r[2] for r in rows)
@@ -66,6 +72,8 @@ class LogprobSteps:
         self._add_logprobs(req, "input", rows)
 
     def output_logprobs(self, req: Any) -> None:
+        if not req.logprobs.output:
+            return
         try:
             row = self._logprob_rows(req, len(req.input_ids) + len(req.output_ids) - 1)
         except Exception as e:

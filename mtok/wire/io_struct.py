@@ -63,6 +63,8 @@ class LogprobParams:
     token_ids: Optional[List[int]] = None
     with_text: bool = False
     param: str = "top_logprobs_num"  # the request field that asked for top_n, named in its errors
+    output: bool = True  # False: the prompt's only (vLLM's chat prompt_logprobs without logprobs)
+    prompt_top_n: Optional[int] = None  # the prompt's top_n where it differs (vLLM's chat prompt_logprobs)
 
 
 @dataclass
