@@ -85,7 +85,8 @@ def test_the_stream_sends_openais_events_in_order(srv):
         events = list(stream)
         final = stream.get_final_response()
     assert [e.sequence_number for e in events] == list(range(len(events)))
-    kinds = [e.type for e in events]
+    kinds = [e.type for i, e in enumerate(events)  # a delta may come in pieces, as the steps cut the text
+             if not (e.type.endswith(".delta") and i and events[i - 1].type == e.type)]
     item = ["response.output_item.added", "response.content_part.added"]
     done = ["response.content_part.done", "response.output_item.done"]
     assert kinds == (["response.created", "response.in_progress"]
