@@ -7,7 +7,7 @@ The answers take the shapes SGLang's OpenAI server gives, which its and
 vLLM's clients read: usage counts each prompt once however many choices it
 has (``n``) and every choice's completion tokens, as OpenAI bills and SGLang's
 ``UsageProcessor`` counts; ``stream_options.continuous_usage_stats`` puts each
-choice's usage so far on every chunk of it (:class:`StreamUsage`); a model card
+choice's usage so far on every chunk carrying its output (:class:`StreamUsage`); a model card
 carries SGLang's ``ModelCard`` fields, and an id no model has is a 404
 ``model_not_found``, in SGLang's words.
 """
@@ -84,7 +84,7 @@ def token_usage(prompt: int, completion: int, reasoning: Optional[int] = None) -
 class StreamUsage:
     """What ``stream_options`` asks of a stream: a last chunk with the totals
     (``final``: ``include_usage``), and each choice's usage so far on every chunk
-    of it (``continuous``: ``continuous_usage_stats``, SGLang's and vLLM's
+    carrying its output (``continuous``: ``continuous_usage_stats``, SGLang's and vLLM's
     extension; SGLang honours it without ``include_usage`` too)."""
 
     final: bool = False
