@@ -75,6 +75,18 @@ def _rows(action: str, where: Iterable[str], names: str, why: str = "", default:
 _int0 = lambda x, n: v.as_int(x, n, 0)  # noqa: E731
 _int1 = lambda x, n: v.as_int(x, n, 1)  # noqa: E731
 _int_all = lambda x, n: v.as_int(x, n, -1)  # noqa: E731  (-1: every token of the vocabulary, vLLM's)
+_PYDANTIC_BOOLS = dict.fromkeys(("true", "t", "yes", "y", "on", "1"), True)
+_PYDANTIC_BOOLS.update(dict.fromkeys(("false", "f", "no", "n", "off", "0"), False))
+
+
+def _lax_bool(x: Any, name: str) -> bool:
+    """A boolean, or a string pydantic reads as one (SGLang's and vLLM's request
+    models do: vLLM's own test_chat_echo sends chat's ``logprobs: "true"``)."""
+    if isinstance(x, str) and x.lower() in _PYDANTIC_BOOLS:
+        return _PYDANTIC_BOOLS[x.lower()]
+    return v.as_bool(x, name)
+
+
 _MAX_ALIASES = ("max_tokens", "max_completion_tokens")
 _MULTIMODAL = "this server's engines take text only"
 _RETURN = "this server does not produce it"
@@ -140,7 +152,7 @@ TABLE: Tuple[Field, ...] = (
     Field("return_text_in_logprobs", _where(GEN), USED, v.as_bool, False),
     # OpenAI's shapes: completions' 'logprobs' is how many top tokens, chat's a switch (with 'top_logprobs')
     Field("logprobs", _where(CMPL), USED, _int0, None, capability="logprobs"),
-    Field("logprobs", _where(CHAT), USED, v.as_bool, False, capability="logprobs"),
+    Field("logprobs", _where(CHAT), USED, _lax_bool, False, capability="logprobs", why="also pydantic's \"true\""),
     Field("top_logprobs", _where(CHAT), USED, _int_all, 0, capability="top_logprobs", why="-1: the whole vocabulary"),
     Field("prompt_logprobs", _where(CHAT), USED, _int_all, None, capability="logprobs",
           why="vLLM's: each prompt token's logprob and k top ones (-1: the whole vocabulary) as the "

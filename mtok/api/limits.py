@@ -103,6 +103,7 @@ def check_logprob_entries(entries: int, limit: int, param: str) -> None:
     """``entries``: what :func:`mtok.managers.prepare.logprob_entries` counts."""
     if entries > limit:
         raise bad(f"this request asks for {entries} logprob values (prompts x n x (scored prompt tokens + max new "
-                  f"tokens) x (1 + top logprobs + token ids asked)); at most {limit} are allowed "
+                  f"tokens, unless only the prompt's are asked) x (1 + top logprobs + token ids asked)); at most "
+                  f"{limit} are allowed "
                   "(--max-logprob-entries): ask for fewer tokens (max_tokens), prompt tokens scored, samples (n) or top "
                   "logprobs", param)
