@@ -260,6 +260,20 @@ def test_tokenize_returns_token_strs_when_asked(srv):
     assert status == 400 and resp["error"]["param"] == "return_token_strs", resp
 
 
+def test_tokenize_takes_sglangs_list_of_prompts(srv):
+    texts = ["first prompt", "and a second, longer one", "3"]
+    status, body = srv.post("/tokenize", {"prompt": texts, "return_token_strs": True})
+    singles = [srv.post("/tokenize", {"prompt": t, "return_token_strs": True})[1] for t in texts]
+    assert status == 200 and body["tokens"] == [s["tokens"] for s in singles], body
+    assert body["count"] == [s["count"] for s in singles] and body["token_strs"] == [s["token_strs"] for s in singles]
+    assert body["max_model_len"] == singles[0]["max_model_len"]
+    for bad_prompt in ([], ["a", 1], 3):
+        status, resp = srv.post("/tokenize", {"prompt": bad_prompt})
+        assert status == 400 and resp["error"]["param"] == "prompt", resp
+    status, resp = srv.post("/tokenize", {"prompt": ["x"] * 4097})  # --max-prompts-per-request's default
+    assert status == 400 and "--max-prompts-per-request" in resp["error"]["message"], resp
+
+
 def test_tokenize_ignores_unknown_fields_as_every_route_does(srv):
     status, body = srv.post("/tokenize", {"prompt": "hello", "no_such_field": 1})
     assert status == 200 and body["tokens"] == srv.post("/tokenize", {"prompt": "hello"})[1]["tokens"], body

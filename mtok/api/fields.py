@@ -243,7 +243,7 @@ TABLE: Tuple[Field, ...] = (
            "repetition_penalty stop seed user", why="checked as on chat"),
     *_rows(IGNORED, [RESP], "service_tier request_id priority prompt_cache_key safety_identifier"),
     # -- /tokenize and /detokenize (mtok.api.native), in vLLM's and SGLang's shapes ------------------
-    Field("prompt", _where(TOK), USED, v.as_str), Field("messages", _where(TOK), USED),
+    Field("prompt", _where(TOK), USED, why="a string, or SGLang's list of them"), Field("messages", _where(TOK), USED),
     Field("add_special_tokens", _where(TOK), USED, v.as_bool, why="without it, true with 'prompt', false with "
           "'messages' (the template writes its own)"),
     Field("return_token_strs", _where(TOK), USED, v.as_bool, False),
@@ -363,7 +363,8 @@ def markdown() -> str:
              "Generated from `mtok/api/fields.py` by `python -m mtok.api.fields > docs/fields.md`; do not edit by hand.",
              "Where: `generate` (`/generate`), `sampling_params` (its `sampling_params`), `encode` (`/encode`),",
              "`completions`, `chat`, `embeddings`, `responses`, `score` and `rerank` (`/v1/...`).  A field in no row",
-             "is ignored and logged once (`--strict-fields`: a 400).", "`tokenize` and `detokenize` are `/tokenize` and `/detokenize`.", "",
+             "is ignored and logged once (`--strict-fields`: a 400).",
+             "`tokenize` and `detokenize` are `/tokenize` and `/detokenize`.", "",
              "| field | aliases | where | what mtok does | default |", "|---|---|---|---|---|"]
     for f in sorted(TABLE, key=lambda f: (_ORDER.index(f.action), f.name)):
         what = f.action

@@ -26,6 +26,7 @@ from ..wire.metrics import merge as merge_metrics
 from ..wire.metrics import read as read_metrics
 from ..wire.metrics import render as render_metrics
 from .openai import OpenAIRoutes, embedding_inputs, refuse_embedding_adapter
+from .limits import check_batch_size
 from .parser_routes import ParserRoutes
 from .responses import ResponsesRoutes
 from .scoring import ScoringRoutes
@@ -166,22 +167,29 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
             return out if is_batch else out[0]
         return Pending(self.tm.submit_embedding(inputs, got.get("model"), req.watch), render)
 
-    @route("POST", "/tokenize", "/v1/tokenize", inline=True, offload=lambda body: "messages" in body)
+    @route("POST", "/tokenize", "/v1/tokenize", inline=True,
+           offload=lambda body: "messages" in body or isinstance(body.get("prompt"), list))
     def tokenize(self, req: Request) -> Any:
-        """A ``prompt``, or ``messages`` rendered as a chat completion would render them;
-        vLLM's ``token_strs`` (the vocabulary's strings) are null unless ``return_token_strs``."""
+        """A ``prompt`` (or SGLang's list of them, answered with lists), or ``messages`` rendered
+        as a chat completion would render them; vLLM's ``token_strs`` (the vocabulary's
+        strings) are null unless ``return_token_strs``."""
         body = require_object(req.json())
         got = fields.read(body, fields.TOK, self.args.strict_fields)  # unknown fields as on every route
         if ("prompt" in got) == ("messages" in got):
             raise bad("give exactly one of 'prompt' and 'messages'", "prompt")
         model = self.tm.model(got.get("model"))
         add = got.get("add_special_tokens", "prompt" in got)  # a template writes its own
-        tokens = (model.tokenizer.encode(got["prompt"], add) if "prompt" in got
-                  else self.message_tokens(model, body, add))
+        if "prompt" in got:
+            texts, batch = prompt_texts(got["prompt"], self.args.max_prompts_per_request)
+            seqs = model.tokenizer.encode_batch(texts, add)
+        else:
+            seqs, batch = [self.message_tokens(model, body, add)], False
         strs = None
         if fields.value(got, fields.TOK, "return_token_strs"):
-            strs = [model.tokenizer.id_to_token(t) for t in tokens]
-        return {"tokens": tokens, "count": len(tokens), "max_model_len": model.context_length, "token_strs": strs}
+            strs = [[model.tokenizer.id_to_token(t) for t in ids] for ids in seqs]
+        pick = (lambda xs: xs) if batch else (lambda xs: xs[0])
+        return {"tokens": pick(seqs), "count": pick([len(ids) for ids in seqs]), "max_model_len": model.context_length,
+                "token_strs": None if strs is None else pick(strs)}
 
     @route("POST", "/detokenize", "/v1/detokenize", inline=True)
     def detokenize(self, req: Request) -> Any:
@@ -330,6 +338,16 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
     @route("GET", "/")
     def root(self, req: Request) -> Any:
         return {"name": "mtok", "version": __version__, "models": list(self.tm.models)}
+
+
+def prompt_texts(prompt: Any, limit: int) -> "tuple[List[str], bool]":
+    """``/tokenize``'s ``prompt``: a string, or SGLang's list of them (``--max-prompts-per-request`` at most)."""
+    if isinstance(prompt, str):
+        return [prompt], False
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        check_batch_size(len(prompt), limit, "prompt")
+        return prompt, True
+    raise bad("'prompt' must be a string or a non-empty array of strings", "prompt")
 
 
 def tokenizer_config(model: Any) -> Dict[str, Any]:
