@@ -103,8 +103,8 @@ BASES = {
     fields.RERANK: ("/v1/rerank", {"query": "fuzz", "documents": ["me"]}),
 }
 # Fields whose default cannot stand alone in a body (the prompt and its alternatives).
-PROMPT_FIELDS = {"text", "input_ids", "prompt", "messages", "input", "sampling_params", "rid", "tokens", "query", "items",
-                 "label_token_ids", "documents"}
+PROMPT_FIELDS = {"text", "input_ids", "prompt", "messages", "input", "sampling_params", "rid", "tokens", "query",
+                 "items", "label_token_ids", "documents"}
 
 
 def cases():
