@@ -116,3 +116,23 @@ def test_what_cannot_be_served_is_refused_clearly(srv, server_factory):
         assert refused(status, resp, next(iter(body)) if "prompt_logprobs" in body else "top_logprobs",
                        "--max-logprobs", "8192"), resp
     assert default.get("/health")[0] == 200 and chat(default)["choices"]
+
+
+@pytest.mark.timeout(120)
+def test_an_sglang_upstream_is_asked_the_larger_k_and_each_side_keeps_its_own():
+    """SGLang's /generate takes one top_logprobs_num for prompt and output: mtok asks the
+    larger and renders each side with the k it was asked (tests/upstream_standin.py)."""
+    from support import Server
+    from upstream_standin import SGLangStandIn
+
+    standin = SGLangStandIn()
+    front = Server("--engine", f"sglang:{standin.url}", "--chat-template", ECHO_LAST)
+    try:
+        resp = chat(front, prompt_logprobs=3, logprobs=True, top_logprobs=1, max_tokens=2)
+        assert standin.seen[-1]["top_logprobs_num"] == 3 and standin.seen[-1]["logprob_start_len"] == 0
+        assert [len(t["top_logprobs"]) for t in resp["choices"][0]["logprobs"]["content"]] == [1, 1]
+        rows = resp["prompt_logprobs"]
+        assert rows[0] is None and all(row and len(row) <= 4 for row in rows[1:])  # this stand-in sends no prompt tops
+    finally:
+        front.stop()
+        standin.stop()

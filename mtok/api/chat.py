@@ -310,19 +310,22 @@ def vllm_extras(resp: Dict[str, Any], results: List[Any], lead: str, lp: Optiona
             choice["message"]["content"] = lead + (choice["message"]["content"] or "")
         if lp is not None and not lp.output:
             choice["logprobs"] = None
+        elif lp is not None and lp.prompt_top_n is not None:  # an upstream asked for one k for both sides
+            for entry in choice["logprobs"]["content"]:
+                del entry["top_logprobs"][lp.top_n:]
     if lp is not None and lp.prompt_top_n is not None and results:
-        resp["prompt_logprobs"] = prompt_logprob_rows(results[0].logprobs or {})
+        resp["prompt_logprobs"] = prompt_logprob_rows(results[0].logprobs or {}, lp.prompt_top_n)
     return resp
 
 
-def prompt_logprob_rows(got: Dict[str, list]) -> List[Optional[Dict[str, Any]]]:
+def prompt_logprob_rows(got: Dict[str, list], k: int) -> List[Optional[Dict[str, Any]]]:
     tops = got.get("input_top_logprobs") or []
     out: List[Optional[Dict[str, Any]]] = []
     for i, (lp, tid, text) in enumerate(got.get("input_token_logprobs", [])):
         if lp is None:
             out.append(None)
             continue
-        top = tops[i] if i < len(tops) and tops[i] else []
+        top = tops[i][:k] if i < len(tops) and tops[i] else []
         ranks = {t: r for r, (_, t, _) in enumerate(top, 1)}
         entry = {str(tid): {"logprob": lp, "rank": ranks.get(tid), "decoded_token": text}}
         for r, (x, t, s) in enumerate(top, 1):

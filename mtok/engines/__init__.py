@@ -143,7 +143,7 @@ def missing_capability(engine: Any, req: Any) -> Optional[Tuple[str, str]]:
     sp, lp = req.sampling_params, req.logprobs
     wants = [
         ("logprobs", "return_logprob", lp is not None),
-        ("top_logprobs", "top_logprobs_num", lp is not None and lp.top_n > 0),
+        ("top_logprobs", "top_logprobs_num", lp is not None and max(lp.top_n, lp.prompt_top_n or 0) > 0),
         ("token_ids_logprob", "token_ids_logprob", lp is not None and lp.token_ids is not None),
         ("prefill_only", "max_new_tokens", sp.max_new_tokens == 0),
         ("n", "n", sp.n > 1),

@@ -86,7 +86,9 @@ class SGLangEngine(UpstreamEngine):
                                 "stream": True}
         lp = req.logprobs
         if lp is not None:
-            body.update(return_logprob=True, logprob_start_len=lp.start_len, top_logprobs_num=lp.top_n)
+            # one top_n for both sides upstream: the larger (mtok's chat renders each side's own)
+            body.update(return_logprob=True, logprob_start_len=lp.start_len,
+                        top_logprobs_num=max(lp.top_n, lp.prompt_top_n or 0))
             if lp.token_ids is not None:
                 body["token_ids_logprob"] = list(lp.token_ids)
         if req.lora_path is not None:
