@@ -20,6 +20,7 @@ from .errors import TemplateError
 from .guards import (CONTAINERS, SEQUENCES, arg_of, charge, check_int_bits, compared, printed, printed_size,
                      printf_size, replace_size, width_of)
 from .limits import Budget, current
+from .markup import escaped_size
 
 _NO_INT_STR_LIMIT = not hasattr(sys, "get_int_max_str_digits")  # Python 3.9/3.10: int('9' * 10**7) is quadratic
 INT_STR_DIGITS = 4300  # Python 3.11's default limit on int <-> str conversions, applied on 3.9/3.10 too
@@ -66,7 +67,13 @@ Check = Callable[[Budget, Any, Tuple[Any, ...], Dict[str, Any]], Any]
 
 
 def _text_of(value: Any) -> str:
-    return value if type(value) is str else printed(value)
+    return value if isinstance(value, str) else printed(value)  # a Markup stays one: it escapes what it takes
+
+
+def _escaped(value: Any, again: bool) -> int:
+    """The length of ``escape`` (``again``: ``forceescape``) of ``value``: a Markup's own, else escaped."""
+    text = _text_of(value)
+    return len(text) if hasattr(text, "__html__") and not again else escaped_size(str(text))
 
 
 def _lines(s: str) -> int:
@@ -129,6 +136,9 @@ _FILTER_CHECKS: Dict[str, Check] = {
     "batch": lambda b, v, a, k: charge(b, arg_of(a, k, 0, "linecount", 1), 8),
     "slice": lambda b, v, a, k: charge(b, arg_of(a, k, 0, "slices", 1), 8),
     "int": lambda b, v, a, k: check_int_string(v),
+    "e": lambda b, v, a, k: charge(b, _escaped(v, False)),
+    "escape": lambda b, v, a, k: charge(b, _escaped(v, False)),
+    "forceescape": lambda b, v, a, k: charge(b, _escaped(v, True)),
 }
 
 
@@ -167,7 +177,7 @@ def guard_filter(name: str, func: Callable[..., Any], offset: int = 0) -> Callab
 def _charged(rv: Any) -> Any:
     """A filter's result, charged to the budget."""
     kind = type(rv)
-    if kind is str:
+    if kind is str or isinstance(rv, str):  # a Markup too
         current().charge(len(rv), len(rv))
     elif kind is list or kind is tuple or kind is dict:
         current().charge(len(rv), 8 * len(rv))

@@ -6,8 +6,9 @@ filters do in a non-autoescaping environment: string filters stringify their inp
 are Undefined, ``map``/``select``/``reject``/``unique``/``batch`` return iterators
 (as jinja2's do), ``default`` replaces only an Undefined unless asked to treat falsy
 values so.  ``tojson`` is transformers' (``json.dumps``, ``ensure_ascii=False``, with
-``indent``/``separators``/``sort_keys``), not jinja2's HTML-safe one.  ``safe`` and
-``escape`` return plain strings (mtok has no ``Markup``; nothing autoescapes).  Each
+``indent``/``separators``/``sort_keys``), not jinja2's HTML-safe one.  ``safe``,
+``escape`` and ``forceescape`` return a :class:`~mtok.chat.markup.Markup`, and the
+string filters keep one a Markup (jinja2's ``soft_str``); nothing autoescapes.  Each
 filter of :data:`FILTERS` is wrapped by :func:`~mtok.chat.filter_guards.guard_filter`: what it
 would build is checked against the render's budget first where its arguments say, and
 what it built is charged after.
@@ -26,6 +27,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .errors import TemplateError
 from .predicates import TESTS
+from .markup import Markup, escape
 from .runtime import Undefined
 from .filter_guards import guard_filter
 from .guards import printed
@@ -33,11 +35,11 @@ from .sandbox import policy
 
 _WORD_START = re.compile(r"([-\s({\[<]+)")
 _WORD = re.compile(r"\w+")
-_HTML_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
 
 
 def _text(value: Any) -> str:
-    return value if type(value) is str else printed(value)
+    """A string as it is (a Markup stays one, as jinja2's ``soft_str`` keeps it), else printed."""
+    return value if isinstance(value, str) else printed(value)
 
 
 def _lower_if_str(value: Any) -> Any:
@@ -166,14 +168,17 @@ def do_max(value: Any, case_sensitive: bool = False, attribute: Any = None) -> A
 
 def do_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = False) -> str:
     indention = width if isinstance(width, str) else " " * width
-    s += "\n"
+    newline = "\n"
+    if isinstance(s, Markup):  # jinja2's: the indent and the newlines are not escaped into a Markup
+        indention, newline = Markup(indention), Markup(newline)
+    s += newline
     if blank:
-        rv = ("\n" + indention).join(s.splitlines())
+        rv = (newline + indention).join(s.splitlines())
     else:
         lines = s.splitlines()
         rv = lines.pop(0)
         if lines:
-            rv += "\n" + "\n".join(indention + line if line else line for line in lines)
+            rv += newline + newline.join(indention + line if line else line for line in lines)
     return indention + rv if first else rv
 
 
@@ -372,20 +377,22 @@ def do_center(value: Any, width: int = 80) -> str:
     return _text(value).center(width)
 
 
-def do_escape(value: Any) -> str:
-    return _text(value).translate(_HTML_ESCAPES)
+def do_forceescape(value: Any) -> Markup:
+    """``escape`` even of a Markup (its text is escaped again)."""
+    return escape(str(value.__html__() if hasattr(value, "__html__") else value))
 
 
 FILTERS: Dict[str, Callable] = {
     "abs": abs, "attr": do_attr, "batch": do_batch, "capitalize": lambda s: _text(s).capitalize(),
     "center": do_center, "count": len, "d": do_default,
-    "default": do_default, "dictsort": do_dictsort, "e": do_escape, "escape": do_escape, "first": do_first,
-    "float": do_float, "forceescape": do_escape, "format": do_format, "groupby": do_groupby, "indent": do_indent,
+    "default": do_default, "dictsort": do_dictsort, "e": escape, "escape": escape, "first": do_first,
+    "float": do_float, "forceescape": do_forceescape, "format": do_format, "groupby": do_groupby, "indent": do_indent,
     "int": do_int, "items": do_items, "join": do_join, "last": do_last, "length": len, "list": list,
     "lower": lambda s: _text(s).lower(), "map": do_map, "max": do_max, "min": do_min,
     "pprint": lambda value: pprint.pformat(value), "reject": do_reject, "rejectattr": do_rejectattr,
-    "replace": do_replace, "reverse": do_reverse, "round": do_round, "safe": str, "select": do_select,
-    "selectattr": do_selectattr, "slice": do_slice, "sort": do_sort, "string": _text, "sum": do_sum,
+    "replace": do_replace, "reverse": do_reverse, "round": do_round, "safe": Markup, "select": do_select,
+    "selectattr": do_selectattr, "slice": do_slice, "sort": do_sort, "string": _text,
+    "striptags": lambda value: Markup(_text(value)).striptags(), "sum": do_sum,
     "title": do_title, "tojson": tojson, "trim": do_trim, "truncate": do_truncate, "unique": do_unique,
     "upper": lambda s: _text(s).upper(), "wordcount": lambda s: len(_WORD.findall(_text(s))),
     "wordwrap": do_wordwrap,

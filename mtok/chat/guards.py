@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Tuple
 from .errors import TemplateError
 from .limits import MAX_INT_BITS, Budget, current
 from .limits import _local  # the thread's budget, read inline where it is read most
+from .markup import escaped_size
 
 SEQUENCES = (str, bytes, bytearray, list, tuple)
 CONTAINERS = (list, tuple, dict, set, frozenset)
@@ -39,7 +40,20 @@ def size_of(value: Any) -> Tuple[int, int]:
         return len(value), 8 * len(value)
     if kind is int:
         return 0, value.bit_length() >> 3
+    if isinstance(value, str):  # a Markup (either backend's)
+        return len(value), len(value)
     return 0, 0
+
+
+def _html(value: Any) -> bool:
+    return hasattr(type(value), "__html__")
+
+
+def joined_size(a: Any, b: Any) -> int:
+    """``len(a + b)`` of two strings, either maybe a Markup: the other side is escaped into it."""
+    if _html(a) != _html(b):
+        return len(a) + escaped_size(b) if _html(a) else escaped_size(a) + len(b)
+    return len(a) + len(b)
 
 
 def charge(budget: Budget, items: int, width: int = 1) -> None:
@@ -65,6 +79,8 @@ def add(a: Any, b: Any) -> Any:
         budget.memory += n
         if n > budget.max_value or budget.memory > budget.max_memory:
             budget.charge(n, 0)
+    elif isinstance(a, str) and isinstance(b, str):
+        charge(current(), joined_size(a, b))
     elif isinstance(a, SEQUENCES) and isinstance(b, SEQUENCES):
         charge(current(), len(a) + len(b), width_of(a))
     return a + b
@@ -167,7 +183,7 @@ def printed_size(value: Any, indent: int = 0) -> int:
                 below.extend(item)
             elif kind is int:
                 total += item.bit_length() // 3
-            elif kind is bytes:
+            elif kind is bytes or isinstance(item, str):  # a Markup counts as its text
                 total += len(item)
             else:
                 attrs = _namespace_attrs(item)
@@ -187,7 +203,7 @@ _PRINTF = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?(.)"
 
 def printf_size(fmt: str, args: Any) -> int:
     """An upper bound of ``len(fmt % args)``: the format, its widths and precisions (``*`` ones read from
-    ``args``), and every argument printed."""
+    ``args``), and every argument printed (escaped, where ``fmt`` is a Markup)."""
     values = list(args) if isinstance(args, tuple) else [args]
     numbers = list(values)
     total = len(fmt)
@@ -199,9 +215,12 @@ def printf_size(fmt: str, args: Any) -> int:
             elif n:
                 total += int(n) if len(n) < 19 else 1 << 62
     mapping = values[0] if len(values) == 1 and isinstance(values[0], dict) else None
+    grows = 5 if _html(fmt) else 1
     for value in (mapping.values() if mapping is not None else values):
-        total += printed_size(value) if isinstance(value, CONTAINERS) else len(value) if isinstance(value, str) \
-            else 32
+        if isinstance(value, str):
+            total += escaped_size(value) if grows > 1 and not _html(value) else len(value)
+        else:
+            total += grows * (printed_size(value) if isinstance(value, CONTAINERS) else 32)
     return total
 
 
@@ -214,7 +233,12 @@ def format_field(value: Any, spec: str, budget: Budget) -> None:
 # -- calls of builtin methods --------------------------------------------------------------------
 def _join(s: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[Tuple[Any, ...], int]:
     items = list(args[0]) if args else []
-    size = sum(len(i) if isinstance(i, (str, bytes)) else 0 for i in items) + len(s) * max(len(items) - 1, 0)
+    size = len(s) * max(len(items) - 1, 0)
+    if _html(s):  # Markup.join escapes each item, whatever it is
+        size += sum(escaped_size(i) if isinstance(i, str) and not _html(i) else len(i) if isinstance(i, str)
+                    else printed_size(i) * 5 for i in items)
+    else:
+        size += sum(len(i) if isinstance(i, (str, bytes)) else 0 for i in items)
     return (items,) + args[1:], size
 
 
@@ -224,13 +248,15 @@ def arg_of(args: Tuple[Any, ...], kwargs: Dict[str, Any], i: int, name: str, def
 
 
 def replace_size(s: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> int:
-    if len(args) < 2 or type(args[0]) is not type(s) or type(args[1]) is not type(s):
+    kind = str if isinstance(s, str) else type(s)
+    if len(args) < 2 or not isinstance(args[0], kind) or not isinstance(args[1], kind):
         return len(s)
+    new = escaped_size(args[1]) if _html(s) and not _html(args[1]) else len(args[1])  # Markup escapes it
     count = s.count(args[0])
     limit = arg_of(args, kwargs, 2, "count", -1)
     if limit >= 0:
         count = min(count, limit)
-    return len(s) + count * max(len(args[1]) - len(args[0]), 0)
+    return len(s) + count * max(new - len(args[0]), 0)
 
 
 def _translate(s: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> int:
@@ -261,7 +287,9 @@ def before_call(func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tup
         charge(current(), arg_of(args, kwargs, 0, "length", 1))
         return args, True
     if kind is not str and kind is not bytes:
-        return args, False
+        if not isinstance(owner, str):
+            return args, False
+        kind = str  # a Markup's method: str's, its result a Markup (sized as str's, escaping counted)
     name = func.__name__
     if _QUADRATIC_SEARCH and name in _SEARCHES and args and type(args[0]) is kind:
         current().spend(len(owner) * len(args[0]) >> 10)  # its worst case, a step per 1024 comparisons

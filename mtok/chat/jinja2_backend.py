@@ -92,9 +92,14 @@ def _make_classes(jinja2: Any) -> Dict[str, Any]:
 
 def _budgeted_environment(jinja2: Any) -> Any:
     """transformers' ``ImmutableSandboxedEnvironment``, every render's work charged to its budget."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedFormatter
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEscapeFormatter, SandboxedFormatter
 
     class Formatter(SandboxedFormatter):
+        def format_field(self, value: Any, format_spec: str) -> Any:
+            guards.format_field(value, format_spec, current())
+            return super().format_field(value, format_spec)
+
+    class EscapeFormatter(SandboxedEscapeFormatter):  # a Markup's format escapes its fields, as jinja2's does
         def format_field(self, value: Any, format_spec: str) -> Any:
             guards.format_field(value, format_spec, current())
             return super().format_field(value, format_spec)
@@ -115,7 +120,10 @@ def _budgeted_environment(jinja2: Any) -> Any:
 
         def wrap_str_format(self, value: Any) -> Any:
             fmt = str_format_of(value)
-            return None if fmt is None else _format_method(Formatter(self), *fmt)
+            if fmt is None:
+                return None
+            escapes = hasattr(fmt[0], "__html__")
+            return _format_method(EscapeFormatter(self, escape=fmt[0].escape) if escapes else Formatter(self), *fmt)
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
             current().spend(1)
@@ -210,7 +218,7 @@ def _format_method(formatter: Any, template: str, is_map: bool) -> Callable[...,
             if len(args) != 1:
                 raise TypeError(f"format_map() takes exactly one argument ({len(args)} given)")
             args, kwargs = (), args[0]
-        return formatter.vformat(template, args, kwargs)
+        return type(template)(formatter.vformat(template, args, kwargs))
 
     return format_
 

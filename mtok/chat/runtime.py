@@ -5,8 +5,9 @@ prints as nothing, is false, iterates as empty and has length 0, and any other u
 (arithmetic, attribute, item, call, comparison, ``int()``) raises a TemplateError;
 ``loop`` has ``index``, ``index0``, ``revindex``, ``revindex0``, ``first``, ``last``,
 ``length``, ``previtem``, ``nextitem``, ``depth``, ``cycle`` and ``changed``; a
-``namespace`` prints as ``<Namespace {...}>``.  Strings are plain ``str``: there is no
-``Markup`` (see the README: mtok's engine never autoescapes, like transformers' env).
+``namespace`` prints as ``<Namespace {...}>``.  Strings are ``str``, or the
+:class:`~mtok.chat.markup.Markup` that ``|safe``/``|escape`` make (nothing autoescapes,
+like transformers' environment, but a Markup escapes what is added to it).
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ from _string import formatter_field_name_split  # the stdlib's own parser of "a.
 from . import guards
 from .errors import TemplateError
 from .limits import current
+from .markup import Markup, escape
 from .runtime import Macro, Namespace, Undefined, check_namespace_key, undefined_attr, unsafe_attr
 
 _MUTATORS: Tuple[Tuple[Any, frozenset], ...] = (
@@ -157,8 +158,8 @@ class Sandbox:
         """A call in a template.  A builtin method of a value: what it builds is charged (and a
         ``str.format`` that reached here unwrapped is sandboxed now).  Anything else (a macro, a global):
         a step of the budget, and refused where jinja2's sandbox refuses it."""
-        if type(obj) is types.BuiltinMethodType:
-            if type(obj.__self__) is not str or obj.__name__ not in ("format", "format_map"):
+        if type(obj) is types.BuiltinMethodType or _of_markup(obj):
+            if not isinstance(obj.__self__, str) or obj.__name__ not in ("format", "format_map"):
                 args, charged = guards.before_call(obj, args, kwargs)
                 return guards.after_call(obj(*args, **kwargs), charged)
             obj = self.format_method(obj.__self__, obj.__name__ == "format_map")
@@ -172,8 +173,9 @@ class Sandbox:
         return obj(*args, **kwargs)
 
     def format_method(self, template: str, is_map: bool) -> Callable[..., str]:
-        """``template.format``/``format_map`` whose fields are looked up by this sandbox."""
-        formatter = _Formatter(self)
+        """``template.format``/``format_map`` whose fields are looked up by this sandbox (escaped into a
+        Markup template, as jinja2's sandbox does)."""
+        formatter = _EscapingFormatter(self) if isinstance(template, Markup) else _Formatter(self)
 
         def format_(*args: Any, **kwargs: Any) -> str:
             if is_map:
@@ -182,7 +184,7 @@ class Sandbox:
                 if len(args) != 1:
                     raise TemplateError(f"format_map() takes exactly one argument ({len(args)} given)", "type")
                 args, kwargs = (), args[0]
-            return formatter.vformat(template, args, kwargs)
+            return type(template)(formatter.vformat(template, args, kwargs))
 
         return format_
 
@@ -221,6 +223,24 @@ class _Formatter(string.Formatter):
         for is_attr, key in rest:
             obj = self.sandbox.getattr(obj, key) if is_attr else self.sandbox.getitem(obj, key)
         return obj, first
+
+
+class _EscapingFormatter(_Formatter):
+    """``Markup.format``: each field formatted, escaped unless it is HTML already, and charged so."""
+
+    def format_field(self, value: Any, format_spec: str) -> Any:
+        if hasattr(value, "__html__") and not format_spec:
+            return value.__html__()
+        guards.format_field(value, format_spec, current())
+        text = string.Formatter.format_field(self, value, format_spec)
+        guards.charge(current(), guards.joined_size(Markup(), text))
+        return escape(text)
+
+
+def _of_markup(obj: Any) -> bool:
+    """A bound method of a Markup (or ``Markup.escape``): sized and charged as str's methods are."""
+    owner = getattr(obj, "__self__", None) if type(obj) is types.MethodType else None
+    return isinstance(owner, Markup) or owner is Markup
 
 
 SANDBOX = Sandbox()  # the policy of the python backend's templates unless one is given
