@@ -48,7 +48,6 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
         self.board = board
         self.slot = slot
         self.args = tm.server_args
-        self.created = int(time.time())
         self.metrics = tm.metrics
 
     # -- shared helpers --------------------------------------------------------------

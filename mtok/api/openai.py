@@ -163,7 +163,7 @@ def openai_finish(st: "ReqState") -> "tuple[Optional[str], Any]":
 
 
 class OpenAIRoutes:
-    """Mixed into :class:`mtok.api.native.Api`, which provides tm, created, start_stream."""
+    """Mixed into :class:`mtok.api.native.Api`, which provides tm, args, start_stream."""
 
     @route("GET", "/v1/models")
     def list_models(self, req: Request) -> Any:
@@ -181,8 +181,9 @@ class OpenAIRoutes:
         return self.model_card(model)
 
     def model_card(self, model: Any) -> Dict[str, Any]:
-        """SGLang's ModelCard; ``root`` is the served name, as SGLang gives it."""
-        return {"id": model.name, "object": "model", "created": self.created, "owned_by": "mtok",
+        """SGLang's ModelCard: ``created`` is the answer's time and ``root`` the served name, as
+        SGLang gives them (a worker's own start time would differ from worker to worker)."""
+        return {"id": model.name, "object": "model", "created": int(time.time()), "owned_by": "mtok",
                 "root": model.name, "parent": None, "max_model_len": model.context_length}
 
     @route("POST", "/v1/completions", inline=True, prompt=single_prompt("prompt"))
