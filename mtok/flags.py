@@ -182,10 +182,12 @@ SETTINGS: Tuple[Setting, ...] = (
     _S(("--max-logprobs",), "top logprobs per token a request may ask for (default: %(default)s)", 20, int,
        check=not_negative, doc="top logprobs per token a request may ask for, as vLLM's flag (400 beyond)"),
     _S(("--max-logprob-entries",), "logprob values one request may ask for, over its prompts, samples and tokens "
-       "(default: %(default)s)", 1_000_000, int, check=positive,
+       "(default: 1000000, or 64 tokens' worth at --max-logprobs if that is more)", None, int, check=at_least(1),
+       doc_default="1,000,000, or 64 × (1 + `--max-logprobs`) if more",
        doc="logprob values one request may ask for: prompts × `n` × (scored prompt tokens + max new tokens) × "
            "(1 + top logprobs + token ids asked) (400 beyond; chat without `max_tokens` gets the new tokens "
-           "that fit, then finish_reason `length`)"),
+           "that fit, then finish_reason `length`); an operator who raises `--max-logprobs` to the whole "
+           "vocabulary (as vLLM's own tests do) can still be asked for 64 tokens at it"),
     # -- behaviour --------------------------------------------------------------------------------------------
     _S(("--listen-mode",), "how workers share the port: one inherited socket ('shared', what auto picks) or one "
        "SO_REUSEPORT socket each (default: %(default)s)", "auto", choices=("auto", "reuseport", "shared"),

@@ -140,3 +140,15 @@ def test_a_huge_top_k_is_refused_at_once_with_the_default_bounds():
         still_serving(srv)
     finally:
         assert srv.stop() == 0
+
+
+@pytest.mark.unit
+def test_the_default_bound_admits_64_tokens_at_the_operators_top_k():
+    """vLLM's own test_chat_echo starts its server with --max-logprobs 151936 (the whole
+    vocabulary) and asks for prompt_logprobs -1: a server that raised the top-k opted into
+    such requests, so the default per-request bound grows with it; a given bound stays."""
+    from mtok.api.limits import DEFAULT_LOGPROB_ENTRIES, logprob_entry_limit
+
+    assert logprob_entry_limit(None, 20) == DEFAULT_LOGPROB_ENTRIES == 1_000_000
+    assert logprob_entry_limit(None, 151936) == 64 * 151937
+    assert logprob_entry_limit(6000, 151936) == 6000

@@ -24,6 +24,7 @@ from .server import Pending, Request, route
 from . import fields
 from ..managers.prepare import fit_budget_to_logprobs
 from ..wire.io_struct import GenerateReqInput, LogprobParams
+from .limits import logprob_entry_limit
 from .logprobs import chat_content
 from .openai import StreamUsage, openai_finish, parse_openai_sampling, token_usage
 from .parse import parse_rid
@@ -177,7 +178,8 @@ class ChatRoutes:
                                logprobs=chat_logprobs(got, model.tokenizer.vocab_size),
                                rid=parse_rid(got.get("rid"), False, 1))
         if implicit:
-            fit_budget_to_logprobs(obj, [ids], self.args.max_logprob_entries)
+            fit_budget_to_logprobs(obj, [ids], logprob_entry_limit(self.args.max_logprob_entries,
+                                                                   self.args.max_logprobs))
         parsers = [make_output_parser(body, model, self.args) for _ in range(obj.num_outputs)]  # one per choice
         return obj, model, parsers, usage
 

@@ -99,6 +99,19 @@ def check_top_logprobs(top_n: int, limit: int, param: str) -> None:
                   "(--max-logprobs)", param)
 
 
+DEFAULT_LOGPROB_ENTRIES = 1_000_000  # ~7 s and ~35 MB of one request's logprobs at N = 1 (docs/benchmarks.md)
+LOGPROB_TOKENS_AT_MAX = 64  # tokens at --max-logprobs that the derived default always admits
+
+
+def logprob_entry_limit(max_entries: Optional[int], max_logprobs: int) -> int:
+    """``--max-logprob-entries``, or when not given: a million, or 64 tokens at
+    ``--max-logprobs`` if that is more (so a server started with the whole
+    vocabulary as its top-k can be asked for it)."""
+    if max_entries is not None:
+        return max_entries
+    return max(DEFAULT_LOGPROB_ENTRIES, LOGPROB_TOKENS_AT_MAX * (1 + max_logprobs))
+
+
 def check_logprob_entries(entries: int, limit: int, param: str) -> None:
     """``entries``: what :func:`mtok.managers.prepare.logprob_entries` counts."""
     if entries > limit:

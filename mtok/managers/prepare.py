@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional
 
 from ..api.limits import (check_batch_size, check_client_rids, check_logprob_entries, check_stop_regexes,
-                          check_stops, check_top_logprobs)
+                          check_stops, check_top_logprobs, logprob_entry_limit)
 from ..api.validate import bad, show
 from ..wire.args import ServerArgs
 from ..wire.io_struct import GenerateReqInput, TokenizedEmbeddingReqInput, TokenizedGenerateReqInput
@@ -46,7 +46,8 @@ def generate_reqs(obj: GenerateReqInput, prompts: List[List[int]], model: ModelE
                   ) -> List[TokenizedGenerateReqInput]:
     """One message per prompt and sample; ``obj`` has its rids by now."""
     if obj.logprobs is not None:
-        check_logprob_entries(logprob_entries(obj, prompts), args.max_logprob_entries, obj.logprobs.param)
+        check_logprob_entries(logprob_entries(obj, prompts),
+                              logprob_entry_limit(args.max_logprob_entries, args.max_logprobs), obj.logprobs.param)
     rids = obj.rid if isinstance(obj.rid, list) else [obj.rid]
     out = []
     checked = None
