@@ -22,11 +22,11 @@ as a :class:`TemplateError`.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Dict, Tuple
 
 from . import filter_guards, guards
 from .errors import TemplateError
+from .filters import tojson
 from .limits import Budget, Limits, current
 from .sandbox import str_format_of
 
@@ -37,11 +37,6 @@ def available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-            sort_keys: bool = False) -> str:
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 def _make_classes(jinja2: Any) -> Dict[str, Any]:
@@ -242,7 +237,7 @@ def make_environment(budgeted: bool = True) -> Any:
                                      extensions=extensions)
     else:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=extensions)
-    env.filters["tojson"] = _tojson
+    env.filters["tojson"] = tojson  # transformers', the python backend's own
     if budgeted:
         env.filters = {name: filter_guards.guard_filter(name, func, 1 if hasattr(func, "jinja_pass_arg") else 0)
                        for name, func in env.filters.items()}
