@@ -168,6 +168,18 @@ def shared_tokenizer(name: str) -> str:
     return path
 
 
+REQUIRE_REAL = os.environ.get("MTOK_REQUIRE_REAL") == "1"
+
+
+def skip_real(reason: str) -> None:
+    """Skip a test of a real component (vLLM, SGLang's code, nginx) that is not
+    on this machine -- or fail it where ``MTOK_REQUIRE_REAL=1`` (``.ci/run``
+    sets it after installing them all), so CI never skips one silently."""
+    if REQUIRE_REAL:
+        pytest.fail(f"MTOK_REQUIRE_REAL=1 but {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
 def hf_installed() -> bool:
     try:
         import tokenizers  # noqa: F401
