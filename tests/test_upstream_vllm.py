@@ -84,3 +84,16 @@ def test_errors_and_cancel(front, standin):
                                                                                    "stop": ["cd"]}})
     assert status == 200 and body["text"] == "ab ", body
     wait_for(lambda: standin.cancelled > before, 10, what="the upstream stream to be cut")
+
+
+@pytest.mark.fast
+def test_n_samples_are_seeded_seed_plus_index(front, standin):
+    """vLLM seeds parallel sample i with seed + i (v1/engine/parallel_sampling.py); mtok expands n
+    itself, so it sends each sample its own seed: n seeded choices differ, each reproducible."""
+    status, body = front.post("/v1/completions", {"prompt": "Hello there", "max_tokens": 2, "n": 3, "seed": 7,
+                                                  "temperature": 1.0})
+    assert status == 200 and len(body["choices"]) == 3, body
+    assert sorted(b["sampling_params"]["seed"] for b in standin.seen) == [7, 8, 9]
+    standin.seen.clear()
+    status, body = front.post("/v1/completions", {"prompt": "Hello there", "max_tokens": 2, "n": 2})
+    assert status == 200 and all("seed" not in b["sampling_params"] for b in standin.seen), standin.seen

@@ -9,13 +9,14 @@ problem is a 400 naming the field, found before anything is sent.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Dict, List, Optional
 
 from ..api.limits import (check_batch_size, check_client_rids, check_logprob_entries, check_stop_regexes,
                           check_stops, check_top_logprobs, logprob_entry_limit)
 from ..api.validate import bad, show
 from ..wire.args import ServerArgs
-from ..wire.io_struct import GenerateReqInput, TokenizedEmbeddingReqInput, TokenizedGenerateReqInput
+from ..wire.io_struct import GenerateReqInput, SamplingParams, TokenizedEmbeddingReqInput, TokenizedGenerateReqInput
 from .models import ModelEntry
 from .scheduler_logprobs import side_top_n
 from .request_handle import ClientDisconnected
@@ -68,10 +69,20 @@ def generate_reqs(obj: GenerateReqInput, prompts: List[List[int]], model: ModelE
         model.check_ids([sp.stop_token_ids], "stop_token_ids")
         # n > 1: parallel samples, each its own request "<rid>-<j>" (abort_request takes <rid>)
         samples = [rids[i]] if sp.n == 1 else [f"{rids[i]}-{j}" for j in range(sp.n)]
-        for rid in samples:
-            out.append(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sp, stream=obj.stream,
-                                                 model=model.name, logprobs=obj.logprobs, lora_path=obj.lora_path))
+        for j, rid in enumerate(samples):
+            out.append(TokenizedGenerateReqInput(rid=rid, input_ids=ids, sampling_params=sample_params(sp, j),
+                                                 stream=obj.stream, model=model.name, logprobs=obj.logprobs,
+                                                 lora_path=obj.lora_path))
     return out
+
+
+def sample_params(sp: SamplingParams, j: int) -> SamplingParams:
+    """The parameters of sample ``j`` of ``n``: with a ``seed``, sample j is seeded
+    ``seed + j`` (as vLLM seeds its parallel samples), so the n samples differ
+    and each is reproducible; the same seed for all would give n equal choices."""
+    if j == 0 or sp.seed is None:
+        return sp
+    return dataclasses.replace(sp, seed=sp.seed + j)
 
 
 def context_error(prompt: int, new: int, context: int, where: str, prompt_param: str) -> Exception:
