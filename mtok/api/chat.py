@@ -146,12 +146,14 @@ class ChatRoutes:
         head = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model.name}
         handle = self.tm.submit(obj, req.watch)
         counts = [ReasoningTokens(getattr(p, "reasoning", None), model.tokenizer) for p in parsers]  # ParsedOutput's
+        token_ids = fields.value(got, fields.CHAT, "return_token_ids")
         if obj.stream:
             head["object"] = "chat.completion.chunk"
-            events = self._chat_chunks(handle, head, parsers, counts, usage, len(obj.input_ids))  # type: ignore
+            events = self._chat_chunks(handle, head, parsers, counts, usage, obj.input_ids,  # type: ignore[arg-type]
+                                       token_ids)
             return self.start_stream(handle, lead_chunks(events, lead, len(parsers)) if lead else events)
         return Pending(handle, lambda results: vllm_extras(self._chat_completion(head, parsers, counts, results),
-                                                           results, lead, obj.logprobs))
+                                                           results, lead, obj.logprobs, token_ids))
 
     def chat_request(self, body: Dict[str, Any], got: Dict[str, Any]
                      ) -> "tuple[GenerateReqInput, ModelEntry, List[OutputParser], StreamUsage]":
@@ -205,23 +207,32 @@ class ChatRoutes:
         return prompt_ids(model, template_input(body), add_special_tokens)
 
     def _chat_chunks(self, states: Iterator["ReqState"], head: Dict[str, Any], parsers: List[OutputParser],
-                     counts: List[ReasoningTokens], usage: StreamUsage, prompt_tokens: int) -> Iterator[Any]:
+                     counts: List[ReasoningTokens], usage: StreamUsage, prompt: List[int],
+                     token_ids: bool = False) -> Iterator[Any]:
         """Per choice: role first, then content deltas (with their logprobs), then the
         finish; then usage, then [DONE] (OpenAI's order).  Every delta has
         ``reasoning_content``, null when it carries none, as SGLang sends it; with
-        continuous usage, each content delta its choice's usage so far."""
+        continuous usage, each content delta its choice's usage so far.  With vLLM's
+        ``return_token_ids`` the role chunks carry ``prompt_token_ids`` and each
+        choice's chunks its new ``token_ids`` (a chunk goes out for ids whose text
+        is held back, as vLLM sends one)."""
         so_far: Dict[int, Dict[str, Any]] = {}  # per choice, as of its last state
+        prompt_tokens = len(prompt)
 
         def chunk(index: int, delta: Dict[str, Any], finish: Optional[str] = None, matched: Any = None,
-                  logprobs: Any = None, counted: bool = True) -> Dict[str, Any]:
-            out = dict(head, choices=[{"index": index, "delta": dict(delta, reasoning_content=delta.get(
-                "reasoning_content")), "logprobs": logprobs, "finish_reason": finish, "stop_reason": matched}])
-            return usage.mark(out, so_far.get(index) if counted else None)
+                  logprobs: Any = None, counted: bool = True, ids: Optional[List[int]] = None) -> Dict[str, Any]:
+            choice = {"index": index, "delta": dict(delta, reasoning_content=delta.get("reasoning_content")),
+                      "logprobs": logprobs, "finish_reason": finish, "stop_reason": matched}
+            if token_ids:
+                choice["token_ids"] = ids
+            return usage.mark(dict(head, choices=[choice]), so_far.get(index) if counted else None)
 
         for i in range(len(parsers)):
-            yield chunk(i, {"role": "assistant", "content": ""}, counted=False)
+            role = chunk(i, {"role": "assistant", "content": ""}, counted=False)
+            yield dict(role, prompt_token_ids=list(prompt)) if token_ids else role
         sent: Dict[int, int] = {}
         lp_sent: Dict[int, int] = {}
+        ids_sent: Dict[int, int] = {}
         final: Dict[int, "ReqState"] = {}
         for st in states:
             i = st.index
@@ -244,13 +255,20 @@ class ChatRoutes:
                 content = chat_content(st.logprobs, lp_sent.get(i, 0))
                 lp_sent[i] = lp_sent.get(i, 0) + len(content)
                 logprobs = {"content": content} if content else None
+            new_ids: Optional[List[int]] = None
+            if token_ids:
+                new_ids = st.output_ids[ids_sent.get(i, 0):]  # after the finish was read: complete then
+                ids_sent[i] = ids_sent.get(i, 0) + len(new_ids)
+                if new_ids and not deltas and finish is None:
+                    deltas = [{}]  # the ids go out now, their text later
             for n, delta in enumerate(deltas):
-                yield chunk(i, delta, logprobs=logprobs if n == 0 else None)
+                yield chunk(i, delta, logprobs=logprobs if n == 0 else None, ids=new_ids if n == 0 else [])
             if finish is not None:
                 for delta in parsers[i].flush():
-                    yield chunk(i, delta)
+                    yield chunk(i, delta, ids=[])
                 yield chunk(i, {}, parsers[i].finish_reason(finish), matched,
-                            logprobs if not deltas and logprobs else None, counted=False)
+                            logprobs if not deltas and logprobs else None, counted=False,
+                            ids=new_ids if not deltas else [])
                 final[i] = st
         if usage.final and len(final) == len(parsers):
             reasoning = sum(counts[i].count(st.text, st.output_ids) for i, st in final.items())
@@ -298,15 +316,23 @@ def lead_chunks(events: Iterator[Any], lead: str, n: int) -> Iterator[Any]:
     roles = [next(events) for _ in range(n)]
     yield from roles
     for role in roles:
-        yield dict(role, choices=[dict(role["choices"][0], delta={"content": lead, "reasoning_content": None})])
+        out = dict(role, choices=[dict(role["choices"][0], delta={"content": lead, "reasoning_content": None})])
+        out.pop("prompt_token_ids", None)  # return_token_ids: the role chunk had them
+        yield out
     yield from events
 
 
-def vllm_extras(resp: Dict[str, Any], results: List[Any], lead: str, lp: Optional[LogprobParams]) -> Dict[str, Any]:
+def vllm_extras(resp: Dict[str, Any], results: List[Any], lead: str, lp: Optional[LogprobParams],
+                token_ids: bool = False) -> Dict[str, Any]:
     """A finished chat response with vLLM's extensions: the echoed ``lead`` before
-    each choice's content, and ``prompt_logprobs`` (a list: null for the first
+    each choice's content, ``prompt_logprobs`` (a list: null for the first
     token, then {id: {logprob, rank, decoded_token}} with the token's own and its
-    top ones; rank null where the engine's top does not hold the token)."""
+    top ones; rank null where the engine's top does not hold the token), and with
+    ``return_token_ids`` the prompt's ids and each choice's."""
+    if token_ids:
+        for choice, st in zip(resp["choices"], results):
+            choice["token_ids"] = list(st.output_ids)
+        resp["prompt_token_ids"] = list(results[0].prompt_ids) if results else []
     for choice in resp["choices"]:
         if lead:
             choice["message"]["content"] = lead + (choice["message"]["content"] or "")

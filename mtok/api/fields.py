@@ -190,9 +190,14 @@ TABLE: Tuple[Field, ...] = (
            "routed_experts_prompt_start return_entropy return_bytes return_sampling_mask return_indexer_topk "
            "return_flat_raw_top_logprobs return_flat_raw_output_top_logprobs "
            "return_cached_tokens_details return_spec_tokens_details return_meta_info return_input_ids_in_sglext "
-           "return_output_ids_in_sglext return_prompt_token_ids return_token_ids return_tokens_as_token_ids "
+           "return_output_ids_in_sglext return_prompt_token_ids return_tokens_as_token_ids "
            "return_token_offsets return_prompt_text return_weight_versions return_pooled_hidden_states "
            "logprob_token_ids sampling_logprobs_mode", _RETURN),
+    Field("return_token_ids", OAI, USED, v.as_bool, False,
+          why="vLLM's: the prompt's ids (`prompt_token_ids`: a completion choice's, a chat response's) and each "
+              "choice's `token_ids`; streamed, the prompt's on the first chunk (of each choice on completions) and "
+              "each chunk's new ids"),
+    Field("return_token_ids", _where(GEN, SP, ENC, EMB), REFUSED, why=_RETURN),
     # refused fields whose SGLang default is not empty (tests/test_fields.py holds each to the pinned one)
     Field("routed_experts_start_len", _where(GEN, SP, ENC, OAI, EMB), REFUSED, default=0, why=_RETURN),
     Field("return_flat_raw_top_logprobs_b64", _where(GEN, SP, ENC, OAI, EMB), REFUSED, default=True, why=_RETURN),

@@ -118,7 +118,8 @@ def parse_completion(body: Any, strict: bool = False) -> "tuple[GenerateReqInput
         raise bad("'prompt' is required", "prompt")
     logprobs = got.get("logprobs")
     echo = fields.value(got, fields.CMPL, "echo")
-    opts = {"usage": stream_usage(got), "echo": echo, "logprobs": logprobs}
+    opts = {"usage": stream_usage(got), "echo": echo, "logprobs": logprobs,
+            "token_ids": fields.value(got, fields.CMPL, "return_token_ids")}
     sp = openai_sampling(got, fields.CMPL, echo)
     obj = GenerateReqInput(sampling_params=sp, stream=fields.value(got, fields.CMPL, "stream"),
                            model=got.get("model"), lora_path=got.get("lora_path"), rid=got.get("rid"))
@@ -244,7 +245,7 @@ class OpenAIRoutes:
             choice = choices.delta(st)
             if choice["finish_reason"] is not None:
                 final[st.index] = st
-            elif not choice["text"] and not choice["logprobs"]:
+            elif not choice["text"] and not choice["logprobs"] and not choice.get("token_ids"):
                 continue
             yield usage.mark(dict(head, choices=[choice]), token_usage(st.prompt_tokens, st.completion_tokens))
         if usage.final and len(final) == choices.total:
@@ -258,10 +259,12 @@ class CompletionChoices:
 
     def __init__(self, obj: GenerateReqInput, opts: Dict[str, Any], tokenizer: Any):
         self.obj, self.echo, self.k = obj, opts["echo"], opts["logprobs"]
+        self.token_ids = opts.get("token_ids", False)
         self.tokenizer = tokenizer
         self.total = obj.num_outputs
         self.per_prompt = obj.params_at(0).n
         self.sent: Dict[int, int] = {}
+        self.ids_sent: Dict[int, int] = {}
         self.lps: Dict[int, CompletionLogprobs] = {}
 
     def prompt_text(self, index: int) -> str:
@@ -280,8 +283,23 @@ class CompletionChoices:
             lps = lp.take(st.logprobs, "input") if self.echo else None
             out = lp.take(st.logprobs, "output")
             lps = merge(lps, out) if lps is not None else out
-        return {"index": st.index, "text": text, "logprobs": lps, "finish_reason": finish,
-                "stop_reason": matched, "matched_stop": matched}
+        choice = {"index": st.index, "text": text, "logprobs": lps, "finish_reason": finish,
+                  "stop_reason": matched, "matched_stop": matched}
+        if self.token_ids:
+            choice.update(prompt_token_ids=list(st.prompt_ids), token_ids=list(st.output_ids))
+        return choice
+
+    def delta_ids(self, st: "ReqState", choice: Dict[str, Any]) -> Dict[str, Any]:
+        """vLLM's ``return_token_ids`` in a stream: each chunk's new ids, and the prompt's
+        on the choice's first chunk that says anything (an empty one is not sent)."""
+        start = self.ids_sent.get(st.index)
+        ids = st.output_ids[start or 0:]
+        if start is None and not (ids or choice["text"] or choice["logprobs"] or choice["finish_reason"]):
+            return choice
+        self.ids_sent[st.index] = (start or 0) + len(ids)
+        choice["prompt_token_ids"] = list(st.prompt_ids) if start is None else None
+        choice["token_ids"] = ids
+        return choice
 
     def delta(self, st: "ReqState") -> Dict[str, Any]:
         finish, matched = openai_finish(st)  # before the text: the receiver adds text, then the finish
@@ -302,5 +320,6 @@ class CompletionChoices:
                 lps = None if not first else lps
         elif first and self.echo:
             text = self.prompt_text(st.index) + text
-        return {"index": st.index, "text": text, "logprobs": lps, "finish_reason": finish,
-                "stop_reason": matched, "matched_stop": matched}
+        choice = {"index": st.index, "text": text, "logprobs": lps, "finish_reason": finish,
+                  "stop_reason": matched, "matched_stop": matched}
+        return self.delta_ids(st, choice) if self.token_ids else choice

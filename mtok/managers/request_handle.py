@@ -41,7 +41,7 @@ class ReqState:
     """What the HTTP side knows of one request; written by the receiver thread."""
 
     __slots__ = (
-        "rid", "index", "mailbox", "stream", "text", "output_ids", "finished_reason",
+        "rid", "index", "mailbox", "stream", "text", "prompt_ids", "output_ids", "finished_reason",
         "prompt_tokens", "completion_tokens", "created", "first_token_at", "embedding", "queued", "logprobs",
     )
 
@@ -52,6 +52,7 @@ class ReqState:
         self.mailbox = mailbox
         self.stream = stream
         self.text = ""
+        self.prompt_ids: List[int] = []  # the prompt's token ids (the request's own list), for return_token_ids
         self.output_ids: List[int] = []
         self.finished_reason: Optional[FinishReason] = None
         self.prompt_tokens = prompt_tokens

@@ -218,6 +218,7 @@ class TokenizerManager:
                 raise bad(f"request id {r.rid!r} is already in use", "rid")
             taken.add(r.rid)
             st = ReqState(r.rid, i, mailbox, stream, len(r.input_ids), arrived)
+            st.prompt_ids = r.input_ids
             if getattr(r, "logprobs", None) is not None:
                 st.logprobs = {}
             states.append(st)
