@@ -1,17 +1,20 @@
 """The peer: the frontend people write themselves, with FastAPI, uvicorn and ``tokenizers``.
 
 It serves the same endpoints in the same shapes as mtok (``/generate``,
-``/v1/completions``, ``/tokenize``, ``/health``), tokenizes with the same
+``/v1/completions``, ``/v1/chat/completions``, ``/tokenize``, ``/health``), tokenizes with the same
 ``tokenizers`` fast path mtok's ``hf`` backend uses (``encode_batch_fast``),
 talks to an echo engine process over ZMQ, and detokenizes streams
 incrementally with ``tokenizers.decoders.DecodeStream`` in the HTTP worker.
 It is written the way a careful person would: pydantic models for the bodies,
 ``JSONResponse`` without FastAPI's generic encoder, one asyncio task per
-worker reading the engine's replies.
+worker reading the engine's replies.  Chat renders the model's template with
+jinja2 as transformers does and parses the output's reasoning and tool calls
+(``fastapi_chat.py``), streamed token by token like everything else.
 
 Configuration comes from the environment because uvicorn imports this module
 in each worker: PEER_TOKENIZER, PEER_ENGINE, PEER_IPC_DIR, PEER_MODEL_NAME,
-PEER_CONTEXT_LENGTH (set by ``fastapi_server.py``).
+PEER_CONTEXT_LENGTH, PEER_TOKENIZER_DIR, PEER_CHAT_TEMPLATE, PEER_TOOL_PARSER,
+PEER_REASONING_PARSER (set by ``fastapi_server.py``).
 """
 
 from __future__ import annotations
@@ -32,10 +35,17 @@ from pydantic import BaseModel, ConfigDict
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
+import fastapi_chat as chat
+
 TOKENIZER = Tokenizer.from_file(os.environ["PEER_TOKENIZER"])
 MODEL = os.environ.get("PEER_MODEL_NAME", "mtok-default")
 CONTEXT_LENGTH = int(os.environ.get("PEER_CONTEXT_LENGTH", "65536"))
 VOCAB = TOKENIZER.get_vocab_size(with_added_tokens=True)
+TEMPLATE_SOURCE, SPECIAL_TOKENS = chat.load_template(os.environ.get("PEER_CHAT_TEMPLATE"),
+                                                     os.environ.get("PEER_TOKENIZER_DIR"))
+TEMPLATE = chat.compile_template(TEMPLATE_SOURCE) if TEMPLATE_SOURCE else None
+TOOL_PARSER = os.environ.get("PEER_TOOL_PARSER") or None
+REASONING_PARSER = os.environ.get("PEER_REASONING_PARSER") or None
 
 
 class SamplingParams(BaseModel):
@@ -61,6 +71,42 @@ class CompletionRequest(BaseModel):
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     stream_options: Optional[Dict[str, Any]] = None
+    model: Optional[str] = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: Optional[Union[str, List[Dict[str, Any]]]] = None
+    name: Optional[str] = None
+    tool_calls: Optional[List[Dict[str, Any]]] = None
+    tool_call_id: Optional[str] = None
+    reasoning_content: Optional[str] = None
+
+
+class FunctionSpec(BaseModel):
+    name: str
+    description: Optional[str] = None
+    parameters: Optional[Dict[str, Any]] = None
+
+
+class Tool(BaseModel):
+    type: str = "function"
+    function: FunctionSpec
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    messages: List[ChatMessage]
+    tools: Optional[List[Tool]] = None
+    tool_choice: Optional[Union[str, Dict[str, Any]]] = None
+    max_tokens: Optional[int] = None
+    max_completion_tokens: Optional[int] = None
+    stream: bool = False
+    stream_options: Optional[Dict[str, Any]] = None
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    chat_template_kwargs: Optional[Dict[str, Any]] = None
     model: Optional[str] = None
 
 
@@ -233,6 +279,108 @@ async def completions(req: CompletionRequest):
             if include_usage:
                 chunk["usage"] = None
             yield sse(chunk)
+        if include_usage:
+            yield sse(dict(head, choices=[], usage=usage(n_out)))
+        yield sse("[DONE]")
+
+    return StreamingResponse(chunks(), media_type="text/event-stream")
+
+
+def render_chat(req: ChatRequest) -> Tuple[List[int], Optional[List[Dict[str, Any]]]]:
+    """The prompt's ids, as transformers' apply_chat_template(tokenize=True) gives them, and the tools."""
+    messages = [m.model_dump(exclude_none=True) for m in req.messages]
+    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    kwargs = dict(SPECIAL_TOKENS, **(req.chat_template_kwargs or {}))
+    prompt = TEMPLATE.render(messages=messages, tools=tools, documents=None, add_generation_prompt=True, **kwargs)
+    return encode(prompt, add_special_tokens=False), tools
+
+
+def parsers(req: ChatRequest, tools: Optional[List[Dict[str, Any]]]) -> Tuple[Optional[bool], Optional[set]]:
+    """Whether the output opens in reasoning (None: no reasoning parser) and the tool names (None: no parsing)."""
+    thinking = None
+    if REASONING_PARSER:
+        thinking = (req.chat_template_kwargs or {}).get("enable_thinking") is not False
+    names = chat.tool_names(tools) if TOOL_PARSER and tools and req.tool_choice != "none" else None
+    return thinking, names
+
+
+def finish_reason(finish: Any, calls: bool) -> str:
+    return "tool_calls" if calls and finish["type"] == "stop" else finish["type"]
+
+
+def tool_call(index: int, call: Dict[str, str]) -> Dict[str, Any]:
+    return {"index": index, "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": call["name"], "arguments": call["arguments"]}}
+
+
+@app.post("/v1/chat/completions")
+async def chat_completions(req: ChatRequest):
+    if req.model is not None and req.model != MODEL:
+        return error(f"the model {req.model!r} does not exist", 404)
+    if TEMPLATE is None:
+        return error("this model has no chat template (start the peer with --chat-template)")
+    try:
+        ids, tools = render_chat(req)
+    except chat.jinja2.exceptions.TemplateError as e:
+        return error(f"the chat template failed: {e}")
+    max_new = req.max_completion_tokens or req.max_tokens or CONTEXT_LENGTH - len(ids)
+    bad = check(ids, max_new)
+    if bad is not None:
+        return bad
+    thinking, names = parsers(req, tools)
+    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": MODEL}
+    steps = engine.generate(ids, max_new, req.ignore_eos)
+
+    def usage(n_out: int) -> Dict[str, int]:
+        return {"prompt_tokens": len(ids), "completion_tokens": n_out, "total_tokens": len(ids) + n_out}
+
+    if not req.stream:
+        out, finish = await collect(steps)
+        reasoning, content = "", TOKENIZER.decode(out, skip_special_tokens=req.skip_special_tokens)
+        if thinking is not None:
+            reasoning, content = chat.split_reasoning(content, thinking)
+        calls: List[Dict[str, str]] = []
+        if names is not None:
+            content, calls = chat.parse_calls(content, names)
+        message = {"role": "assistant", "content": content or None, "reasoning_content": reasoning or None,
+                   "tool_calls": [tool_call(i, c) for i, c in enumerate(calls)] or None}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason(finish, calls)}
+        return JSONResponse(dict(head, choices=[choice], usage=usage(len(out))))
+
+    include_usage = bool((req.stream_options or {}).get("include_usage"))
+    head["object"] = "chat.completion.chunk"
+
+    def chunk(delta: Dict[str, Any], finish: Optional[str] = None) -> str:
+        return sse(dict(head, choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]))
+
+    async def chunks() -> AsyncIterator[str]:
+        decoder = DecodeStream(skip_special_tokens=req.skip_special_tokens)
+        think = chat.ReasoningStream(thinking) if thinking is not None else None
+        calls = chat.ToolCallStream(names) if names is not None else None
+        n_calls = n_out = 0
+        yield chunk({"role": "assistant", "content": ""})
+        async for tok, finish, n_out in steps:
+            piece = (decoder.step(TOKENIZER, tok) or "") if tok is not None else ""
+            last = finish is not None
+            reasoning, content = think.feed(piece) if think else ("", piece)
+            if last and think:
+                r, c = think.finish()
+                reasoning, content = reasoning + r, content + c
+            new: List[Dict[str, str]] = []
+            if calls is not None:
+                content, new = calls.feed(content)
+                if last:
+                    content += calls.finish()
+            if reasoning:
+                yield chunk({"reasoning_content": reasoning})
+            if content:
+                yield chunk({"content": content})
+            if new:
+                yield chunk({"tool_calls": [tool_call(n_calls + i, c) for i, c in enumerate(new)]})
+                n_calls += len(new)
+            if last:
+                yield chunk({}, finish_reason(finish, n_calls > 0))
         if include_usage:
             yield sse(dict(head, choices=[], usage=usage(n_out)))
         yield sse("[DONE]")

@@ -1,6 +1,7 @@
 """Start the FastAPI peer: the echo engine process, then uvicorn with N workers.
 
     python benchmarks/peers/fastapi_server.py --port 0 --workers 2 [--tokenizer-path PATH]
+        [--chat-template FILE] [--tool-call-parser qwen25] [--reasoning-parser qwen3]
 
 Takes the flags of ``python -m mtok.serve`` that a benchmark uses, serves mtok's
 built-in tokenizer by default (the same file), and prints
@@ -25,6 +26,8 @@ import time
 from typing import List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from fastapi_chat import REASONING_PARSERS, TOOL_PARSERS  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_TOKENIZER = os.path.join(ROOT, "mtok", "data", "default")
 EOS_GUESSES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>", "<|im_end|>")
@@ -87,6 +90,10 @@ def main() -> int:
     p.add_argument("--engine-step-delay", type=float, default=0.0)
     p.add_argument("--max-running-requests", type=int, default=256)
     p.add_argument("--context-length", type=int, default=65536)
+    p.add_argument("--chat-template", help="a .jinja file, or JSON holding chat_template (default: the "
+                   "tokenizer directory's tokenizer_config.json)")
+    p.add_argument("--tool-call-parser", choices=TOOL_PARSERS)
+    p.add_argument("--reasoning-parser", choices=REASONING_PARSERS)
     args = p.parse_args()
 
     import uvicorn
@@ -102,6 +109,9 @@ def main() -> int:
     ])
     os.environ.update(PEER_TOKENIZER=json_path, PEER_ENGINE=engine_addr, PEER_IPC_DIR=ipc_dir,
                       PEER_CONTEXT_LENGTH=str(args.context_length), TOKENIZERS_PARALLELISM="false",
+                      PEER_TOKENIZER_DIR=args.tokenizer_path if os.path.isdir(args.tokenizer_path) else "",
+                      PEER_CHAT_TEMPLATE=args.chat_template or "", PEER_TOOL_PARSER=args.tool_call_parser or "",
+                      PEER_REASONING_PARSER=args.reasoning_parser or "",
                       PEER_MODEL_NAME="mtok-default" if args.tokenizer_path == DEFAULT_TOKENIZER
                       else os.path.basename(args.tokenizer_path.rstrip("/")).replace(".json", ""))
     threading.Thread(target=announce_when_ready, args=(args.host, port, args.workers), daemon=True).start()
