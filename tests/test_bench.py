@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from support import ROOT, Server, wait_for
+from support import ROOT, Server, skip_real, wait_for
 
 from mtok.procutil import pid_alive
 from mtok.bench.http_client import Connection, Target
@@ -172,10 +172,10 @@ def test_chat(tmp_path):
 def peer_python() -> str:
     """An interpreter with the peer's packages: this one, or $MTOK_PEER_PYTHON."""
     python = os.environ.get("MTOK_PEER_PYTHON", sys.executable)
-    probe = "import fastapi, uvicorn, tokenizers, zmq"
+    probe = "import fastapi, uvicorn, tokenizers, zmq, jinja2"
     if subprocess.run([python, "-c", probe], capture_output=True).returncode != 0:
-        pytest.skip(f"the FastAPI peer's packages (benchmarks/peers/requirements.txt) are not installed for {python}; "
-                    "set MTOK_PEER_PYTHON to an interpreter that has them")
+        skip_real(f"the FastAPI peer's packages (benchmarks/peers/requirements.txt) are not installed for {python}; "
+                  "set MTOK_PEER_PYTHON to an interpreter that has them")
     return python
 
 
@@ -189,6 +189,40 @@ def test_compare_with_the_fastapi_peer(tmp_path):
     assert result["ratio"]["requests_per_s"] > 0
     assert {"main", "scheduler", "detokenizer"} <= set(result["mtok"]["server_cpu_ms_per_request_by_process"])
     assert {"main", "engine"} <= set(result["fastapi"]["server_cpu_ms_per_request_by_process"])
+
+
+QWEN3_TEMPLATE = os.path.join(ROOT, "tests", "chat_templates", "qwen3.json")
+CHAT_3TURN = ["--endpoint", "chat-3turn", "--stream", "--chat-template", QWEN3_TEMPLATE, "--check-only"]
+
+
+def test_the_chat_workload_gets_the_same_reply_from_both_servers(tmp_path):
+    """chat-3turn through Qwen3's template: mtok and the peer, streamed and not, parse the echoed
+    conversation into the same reasoning, answer and tool call, the ones the last message holds."""
+    python = peer_python()
+    doc = bench(tmp_path, "compare", "--python", python, *CHAT_3TURN, "--tool-call-parser", "qwen25",
+                "--reasoning-parser", "qwen3")
+    check = doc["results"]["check"]
+    assert check["problems"] == []
+    replies = [r for by_mode in check["replies"].values() for r in by_mode.values()]
+    assert len(replies) == 4 and all(r == replies[0] for r in replies)
+    reply = replies[0]
+    assert reply["calls"][0]["name"] in ("get_weather", "get_time") and len(reply["calls"]) == 1
+    assert json.loads(reply["calls"][0]["arguments"])["city"] in reply["content"]
+    assert reply["content"].startswith("Let me look up") and "<think>" in reply["reasoning"]
+    assert reply["completion_tokens"] == check["reply_tokens"] < check["prompt_tokens"]
+
+
+def test_the_chat_workload_check_fails_without_the_parsers(tmp_path):
+    """Without --reasoning-parser the reply is not the expected one: compare says so and measures nothing."""
+    python = peer_python()
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-m", "mtok.bench", "compare", "--python", python, *CHAT_3TURN,
+                           "--tool-call-parser", "qwen25", "--json", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    problems = json.loads(out.read_text())["results"]["check"]["problems"]
+    assert any(p.startswith("mtok (stream): content") for p in problems)
+    assert any(p.startswith("fastapi (json): content") for p in problems)
 
 
 def test_compare_says_why_it_skips_a_missing_peer(tmp_path):

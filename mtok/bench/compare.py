@@ -12,6 +12,12 @@ process too (main, scheduler, detokenizer, each worker; the peer's main, engine
 and workers), from the median round of each.  The peer runs under ``--python``,
 which must have benchmarks/peers/requirements.txt installed; without it the
 comparison is skipped, saying why.
+
+With ``--endpoint chat-3turn`` (a three-turn chat with two tools through
+``--chat-template``, see :mod:`.chat_workload`) each server is first asked one
+conversation, streamed and not, and the comparison runs only if both give the
+same parsed reply (reasoning, content, tool call) and the one the conversation
+was written to produce; ``--check-only`` stops after that check.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import argparse
 import sys
 from typing import Any, Dict, List, Optional
 
+from . import chat_workload
 from .load import add_workload_args, measure, workload_from
 from .report import LOAD_COLUMNS, cpu_breakdown, lookup, table, write_json
 from .servers import add_server_args, missing_peer, server_config
@@ -69,6 +76,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     add_workload_args(parser)
     parser.add_argument("--rounds", type=int, default=3, help="alternations; the median counts (default 3)")
     parser.add_argument("--label", default="", help="a name for this comparison in the output")
+    parser.add_argument("--check-only", action="store_true",
+                        help="chat-3turn: only check that both servers give the same parsed reply")
     args = parser.parse_args(argv)
     if args.url:
         parser.error("compare starts both servers itself; --url does not apply")
@@ -79,6 +88,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"compare: the FastAPI peer is not available, so nothing to compare: {why}", file=sys.stderr)
         write_json(args.json, "compare", params, {"skipped": why})
         return 0
+    if workload.endpoint == chat_workload.ENDPOINT:
+        check = chat_workload.check([server_config(args, kind=k) for k in ("mtok", "fastapi")], args.chat_template,
+                                    args.tokenizer_path, args.tokenizer_backend, args.seed)
+        params["check"] = check
+        for problem in check["problems"]:
+            print(f"compare: {problem}", file=sys.stderr)
+        if check["problems"] or args.check_only:
+            write_json(args.json, "compare", params, {"check": check})
+            print(f"compare: the servers' replies {'differ' if check['problems'] else 'agree'} "
+                  f"({check['prompt_tokens']}-token prompt, {check['reply_tokens']}-token reply)")
+            return 1 if check["problems"] else 0
     runs: Dict[str, List[Dict[str, Any]]] = {"mtok": [], "fastapi": []}
     for i in range(args.rounds):
         for kind in runs:

@@ -33,7 +33,7 @@ from .workload import ENDPOINTS, Workload, build_plans
 def add_workload_args(parser: argparse.ArgumentParser, duration: float = 10.0) -> None:
     g = parser.add_argument_group("workload")
     g.add_argument("--endpoint", choices=[*ENDPOINTS, "mixed"], default="generate",
-                   help="/generate, /v1/completions, /tokenize, /v1/chat/completions (chat; chat-tools: a reply with reasoning and a tool call), or a mix of the first three with and without streaming")
+                   help="/generate, /v1/completions, /tokenize, /v1/chat/completions (chat; chat-tools: a reply with reasoning and a tool call; chat-3turn: a three-turn chat with two tools through --chat-template, whose reply is reasoning, an answer and a call; --input-len and --output-len do not apply), or a mix of the first three with and without streaming")
     g.add_argument("--input-len", type=int, default=128, help="prompt length in tokens (default: %(default)s)")
     g.add_argument("--output-len", type=int, default=16, help="tokens to generate (default: %(default)s)")
     g.add_argument("--prompts", metavar="JSONL", help="prompts from a file instead (a string or "
@@ -62,7 +62,7 @@ def workload_from(args: argparse.Namespace) -> Workload:
         endpoint=args.endpoint, input_len=args.input_len, output_len=args.output_len, stream=args.stream,
         prompts_file=args.prompts, text=args.text, concurrency=concurrency, rate=args.rate,
         duration=None if args.requests else args.duration, requests=args.requests, warmup=args.warmup,
-        clients=args.clients, pool=args.pool, seed=args.seed,
+        clients=args.clients, pool=args.pool, seed=args.seed, chat_template=getattr(args, "chat_template", None),
         headers={"Authorization": f"Bearer {args.api_key}"} if args.api_key else {},
     )
 

@@ -44,12 +44,19 @@ class ServerConfig:
     engine_step_delay: float = 0.0
     tokenizer_path: Optional[str] = None
     tokenizer_backend: str = "auto"
+    chat_template: Optional[str] = None
+    tool_call_parser: Optional[str] = None
+    reasoning_parser: Optional[str] = None
     extra: List[str] = field(default_factory=list)
 
     def command(self) -> List[str]:
         common = ["--host", "127.0.0.1", "--port", "0", "--engine-step-delay", str(self.engine_step_delay)]
         if self.tokenizer_path:
             common += ["--tokenizer-path", self.tokenizer_path]
+        for flag, value in (("--chat-template", self.chat_template), ("--tool-call-parser", self.tool_call_parser),
+                            ("--reasoning-parser", self.reasoning_parser)):
+            if value:
+                common += [flag, value]
         if self.kind == "mtok":
             return [self.python, "-m", "mtok.serve", *common, "--tokenizer-worker-num", str(self.workers),
                     "--tokenizer-backend", self.tokenizer_backend, "--log-level", "warning", *self.extra]
@@ -61,14 +68,16 @@ class ServerConfig:
     def describe(self) -> Dict[str, Any]:
         return {"kind": self.kind, "python": self.python, "workers": self.workers,
                 "engine_step_delay": self.engine_step_delay, "tokenizer_path": self.tokenizer_path,
-                "tokenizer_backend": self.tokenizer_backend, "extra": self.extra}
+                "tokenizer_backend": self.tokenizer_backend, "chat_template": self.chat_template,
+                "tool_call_parser": self.tool_call_parser, "reasoning_parser": self.reasoning_parser,
+                "extra": self.extra}
 
 
 def missing_peer(python: str, kind: str = "fastapi") -> Optional[str]:
     """Why the peer ``kind`` cannot run under ``python``, or None if it can."""
     if not os.path.isfile(os.path.join(PEERS_DIR, "fastapi_server.py")):
         return f"{PEERS_DIR} is absent (the peers live in a checkout of mtok, not in the installed package)"
-    modules = ["fastapi", "uvicorn", "tokenizers", "zmq"]
+    modules = ["fastapi", "uvicorn", "tokenizers", "zmq", "jinja2"]
     probe = "import importlib.util,sys; print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
     try:
         out = subprocess.run([python, "-c", probe, *modules], capture_output=True, text=True, timeout=60)
@@ -223,6 +232,10 @@ def add_server_args(parser: argparse.ArgumentParser, workers: bool = True) -> No
     g.add_argument("--tokenizer-path", help="tokenizer.json or a directory (default: mtok's built-in)")
     g.add_argument("--tokenizer-backend", choices=("auto", "hf", "python"), default="auto",
                    help="mtok's tokenizer backend")
+    g.add_argument("--chat-template", metavar="FILE", help="the chat template both servers render (a .jinja "
+                   "file, or JSON holding chat_template); chat-3turn renders it too, to cut the echo to the reply")
+    g.add_argument("--tool-call-parser", metavar="NAME", help="the servers' tool-call parser (the peer has qwen25)")
+    g.add_argument("--reasoning-parser", metavar="NAME", help="the servers' reasoning parser (the peer has qwen3)")
     g.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                    help="one more flag for the started server (repeatable), e.g. --server-arg=--max-running-requests=512")
 
@@ -231,4 +244,6 @@ def server_config(args: argparse.Namespace, kind: Optional[str] = None, workers:
     return ServerConfig(kind=kind or args.server, python=args.python,
                         workers=workers if workers is not None else getattr(args, "workers", 1),
                         engine_step_delay=args.engine_step_delay, tokenizer_path=args.tokenizer_path,
-                        tokenizer_backend=args.tokenizer_backend, extra=list(args.server_arg))
+                        tokenizer_backend=args.tokenizer_backend, chat_template=args.chat_template,
+                        tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser,
+                        extra=list(args.server_arg))

@@ -13,11 +13,13 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from . import chat_workload
 from .http_client import Target, build_request
 from .natural_text import NaturalPromptMaker
 
 ENDPOINTS = {"generate": "/generate", "completions": "/v1/completions", "tokenize": "/tokenize",
-             "chat": "/v1/chat/completions", "chat-tools": "/v1/chat/completions"}
+             "chat": "/v1/chat/completions", "chat-tools": "/v1/chat/completions",
+             "chat-3turn": "/v1/chat/completions"}
 MIXED = ("generate", "generate-stream", "completions", "completions-stream", "tokenize")
 
 
@@ -48,6 +50,7 @@ class Workload:
     clients: int = 0  # client processes; 0 = as many as fit
     pool: int = 256  # distinct prompts
     seed: int = 0
+    chat_template: Optional[str] = None  # chat-3turn: the template the servers render (see chat_workload)
     headers: Dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> Dict[str, Any]:
@@ -169,6 +172,8 @@ def chat_body(kind: str, prompt: str, output_len: int, stream: bool) -> Dict[str
 
 def build_plans(workload: Workload, tokenizer: Any, target: Target) -> List[Plan]:
     """The pool of requests the clients cycle through."""
+    if workload.endpoint == chat_workload.ENDPOINT:
+        return chat_plans(workload, tokenizer, target)
     if workload.prompts_file:
         items = read_prompts(workload.prompts_file)
         counts = [len(ids) for ids in tokenizer.encode_batch([i["prompt"] for i in items])]
@@ -185,6 +190,14 @@ def build_plans(workload: Workload, tokenizer: Any, target: Target) -> List[Plan
         plans.append(Plan(build_request(target, ENDPOINTS[kind], body, workload.headers), n_in,
                           0 if kind == "tokenize" else n_out, stream, len(item["prompt"].encode("utf-8"))))
     return plans
+
+
+def chat_plans(workload: Workload, tokenizer: Any, target: Target) -> List[Plan]:
+    if not workload.chat_template:
+        raise ValueError(f"--endpoint {chat_workload.ENDPOINT} needs --chat-template (the model's template file)")
+    return [Plan(chat_workload.plan_request(target, item, workload.stream, workload.headers), item["input_tokens"],
+                 item["output_tokens"], workload.stream, item["prompt_bytes"])
+            for item in chat_workload.items(workload.chat_template, tokenizer, workload.pool, workload.seed)]
 
 
 def prompt_maker(workload: Workload, tokenizer: Any) -> Any:
