@@ -337,4 +337,7 @@ def test_bpe_cuts_long_sentencepiece_words_without_changing_them():
     word = (mark + "ab" + mark * 3 + "bab" + "aba" + mark) * 20
     assert model.tokenize(word) == model._merge(model._symbols(word))
     glued = BPE(dict(vocab, **{"a" + mark: len(vocab)}), [(mark, "a"), ("a", mark)])
-    assert glued._cuts is None  # a token joins across the mark: no cutting
+    # a token joins "a" to the mark: the mark run after an "a" stays in its piece
+    pieces = [mark + "ab", mark + "ba" + mark * 2 + "b"]
+    assert glued._cuts.coarse.findall("".join(pieces)) == pieces
+    assert glued.tokenize(word) == glued._merge(glued._symbols(word))

@@ -17,7 +17,7 @@ import operator
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import TokenizerError
-from .bpe_cuts import MARK, Cuts, find_cuts
+from .bpe_cuts import MARK, Cuts, find_cuts, split_apart
 
 _NONE = 1 << 62  # "no merge": ranks are below 2**30 and ids below 2**32, so this is above any real one
 # Words with more symbols than this merge with a heap instead of rescans.
@@ -142,9 +142,12 @@ class BPE:
     def _pieces(self, chunk: str) -> List[int]:
         """A coarse chunk's ids: merged whole, or from its fine pieces, each cached."""
         cuts = self._cuts
-        if cuts.fine is None or (cuts.alpha_whole and chunk.lstrip(MARK).isalpha()):  # type: ignore[union-attr]
+        if cuts.junctions is not None:  # type: ignore[union-attr]
+            pieces = split_apart(chunk, cuts.junctions)  # type: ignore[union-attr]
+        elif cuts.fine is None or (cuts.alpha_whole and chunk.lstrip(MARK).isalpha()):  # type: ignore[union-attr]
             return self._word(chunk)
-        pieces = cuts.fine.findall(chunk)  # type: ignore[union-attr]
+        else:
+            pieces = cuts.fine.findall(chunk)  # type: ignore[union-attr]
         return self._word(chunk) if len(pieces) < 2 else self._cached(pieces, self._word)
 
     def _cached(self, texts: Sequence[str], ids_of: Callable[[str], List[int]]) -> List[int]:
