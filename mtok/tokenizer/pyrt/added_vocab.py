@@ -44,18 +44,39 @@ class AddedToken:
 
 
 class _Matcher:
-    """Leftmost-longest search over a set of literal patterns, each with its token id."""
+    """Leftmost-longest search over a set of literal patterns, each with its token id.
+
+    A one-character class finds where a pattern could start, and a walk over
+    the set of the patterns' prefixes, one character at a time, finds the
+    longest pattern there.  (An alternation of all the patterns, which ``re``
+    tries one by one at each such place, took 0.4 s to compile for Gemma-3's
+    6,415 added tokens and ~6,000 steps at each ``<`` of the text.)
+    """
 
     def __init__(self, patterns: Dict[str, int]):
         self.ids = patterns
-        # Alternatives are tried in order, so longest first makes leftmost-first leftmost-longest.
-        alts = sorted(patterns, key=lambda p: (-len(p), p))
-        self.regex = re.compile("|".join(map(re.escape, alts)))
+        self._prefixes = {p[:i] for p in patterns for i in range(1, len(p))}
+        self._starts = re.compile(f"[{''.join(map(re.escape, sorted({p[0] for p in patterns})))}]")
 
     def finditer(self, text: str) -> Iterator[Tuple[int, int, int]]:
-        ids = self.ids
-        for m in self.regex.finditer(text):
-            yield m.start(), m.end(), ids[m.group()]
+        ids, prefixes, search = self.ids, self._prefixes, self._starts.search
+        m = search(text)
+        while m is not None:
+            start = end = m.start()
+            found = None
+            while end < len(text):
+                end += 1
+                head = text[start:end]
+                tok_id = ids.get(head)
+                if tok_id is not None:
+                    found = (end, tok_id)
+                if head not in prefixes:
+                    break
+            if found is None:
+                m = search(text, start + 1)
+            else:
+                yield start, found[0], found[1]
+                m = search(text, found[0])
 
 
 class AddedVocabulary:

@@ -203,10 +203,14 @@ def metaspace_scheme(d: dict) -> str:
 
 class Split(PreTokenizer):
     def __init__(self, pattern: dict, behavior: str, invert: bool = False):
+        # A literal that is not in a piece leaves it whole (Gemma's ' ', which its
+        # normalizer has already replaced): one substring search, no spans.
+        self._absent: Optional[str] = None
         if "Regex" in pattern:
             self.regex = compile_onig(pattern["Regex"])
         elif "String" in pattern:
             self.regex = re.compile(re.escape(pattern["String"]))
+            self._absent = pattern["String"] if pattern["String"] and not invert else None
         else:
             raise TokenizerError(f"Split: pattern must be {{'String': ...}} or {{'Regex': ...}}, got {pattern!r}")
         self.behavior = _split.check_behavior(behavior, "Split")
@@ -220,6 +224,8 @@ class Split(PreTokenizer):
         return cls(d["pattern"], d["behavior"], bool(d.get("invert", False)))
 
     def split(self, piece: str, lead: int) -> List[str]:
+        if self._absent is not None and piece and self._absent not in piece:
+            return [piece]
         if self._findall:
             words = _matches(self.regex, piece)
             if "" not in words:
