@@ -3,9 +3,11 @@ token-out ``/inference/v1/generate`` does (tests/upstream_standin.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from support import wait_for
+from support import parse_sse, wait_for
 from test_upstream_sglang import serving, tokenize
 from upstream_standin import VLLMStandIn, lp
 
@@ -97,3 +99,30 @@ def test_n_samples_are_seeded_seed_plus_index(front, standin):
     standin.seen.clear()
     status, body = front.post("/v1/completions", {"prompt": "Hello there", "max_tokens": 2, "n": 2})
     assert status == 200 and all("seed" not in b["sampling_params"] for b in standin.seen), standin.seen
+
+
+@pytest.mark.fast
+def test_a_silent_stream_fails_soon_once_the_upstream_fails_its_health(front, standin):
+    """A vLLM stopped with SIGTERM refuses new connections (its /health too) at once but may hold its
+    streams open and silent while it shuts down: such a stream fails with a 503 error event within
+    seconds (``health_grace``), not after ``idle_timeout`` (60 s here; the client waits 30 s at most)."""
+    standin.behaviour["hostile"] = "silent"  # one event, then nothing
+    conn = front.conn(timeout=30)
+    try:
+        conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "Hello there", "max_tokens": 50,
+                                                                 "stream": True}),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        events = parse_sse(resp)
+        first = next(events)
+        assert first["choices"][0]["text"], first
+        standin.behaviour["unhealthy"] = True
+        rest = list(events)
+    finally:
+        conn.close()
+    assert rest[-1] == "[DONE]" and rest[-2]["error"]["code"] == 503, rest
+    assert "fails its health check" in rest[-2]["error"]["message"]
+    assert front.get("/health")[0] == 503
+    standin.behaviour.clear()
+    wait_for(lambda: front.get("/health")[0] == 200, 10, what="/health to recover with the upstream")

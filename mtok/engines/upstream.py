@@ -33,6 +33,11 @@ with a 502, never the scheduler or the other requests.  The time bounds are
 kept by :meth:`UpstreamEngine.step`, which the scheduler runs every few
 milliseconds anyway: a stream whose next event is overdue is cut there, so
 neither a drip of bytes nor a stalled response head can hold a request.  The
+same look fails, with a 503, a stream that has been silent for a couple of
+seconds (``health_grace``) while the probe finds the upstream unhealthy: a
+vLLM stopped with SIGTERM refuses connections at once but may hold its open
+streams silent for as long as it takes to shut down.  No thread per stream:
+the one probe thread's finding is read there.  The
 finishing event is held back until ``[DONE]`` (or the stream's end), so ids
 that come after it fail the request rather than vanish.
 
@@ -196,10 +201,13 @@ class UpstreamEngine(Engine):
             return [f.take() for f in flights]
 
     def _cut_overdue(self, flights: List[Flight]) -> None:
-        """Fail and cut the streams whose next event is late (the lock is held)."""
+        """Fail and cut the streams whose next event is late, or that are silent
+        while the probe finds the upstream unhealthy (the lock is held)."""
         now = time.monotonic()
+        unhealthy = self.health()
         for flight in flights:
-            late = flight.budget is not None and flight.finish is None and flight.budget.overdue(now, self.url)
+            late = flight.budget is not None and flight.finish is None and flight.budget.overdue(now, self.url,
+                                                                                                 unhealthy)
             if late:
                 self._deliver(flight, [], [], None, upstream_abort(*late))
                 logger.warning("upstream request %s: %s", flight.req.rid, late[1])

@@ -16,7 +16,10 @@ only the one request with a 502 (a 504 for silence):
 - time: ``timeout`` to the first event (a long prompt's prefill is slow), then
   ``idle_timeout`` between two events; a stream that sends bytes but no whole
   event within it is a drip, a 502.  The whole request is also bounded by
-  mtok's ``--request-timeout``.
+  mtok's ``--request-timeout``.  Sooner, while the upstream's ``/health``
+  fails: a stream silent for ``health_grace`` then is failed with a 503 (a
+  vLLM stopped with SIGTERM closes its port at once but may hold its streams
+  open and silent while it shuts down; nobody should wait ``idle_timeout`` for it).
 
 What the events say is checked too: an event that is not a JSON object of
 the shape expected, token ids that are not ints of the vocabulary, logprob
@@ -58,6 +61,7 @@ class Limits:
     max_connections: int = 64  # streams open at once (the pool)
     timeout: float = 300.0  # s to connect and to the first event (prefill)
     idle_timeout: float = 60.0  # s between two events once the stream has begun
+    health_grace: float = 2.0  # s a stream may be silent while the upstream's /health fails
     max_line_bytes: int = 16 * MIB  # one SSE line, error body or /health answer
     bytes_per_token: int = MIB  # a stream's bytes per event allowed
     event_margin: int = 64  # events a stream may carry beyond max_new_tokens
@@ -87,13 +91,14 @@ class Budget:
     The sender thread spends it as lines arrive; the scheduler's step reads
     ``due`` and ``dripped`` to cut a stream that stalls (:meth:`overdue`)."""
 
-    __slots__ = ("limits", "events", "bytes", "due", "dripped", "begun")
+    __slots__ = ("limits", "events", "bytes", "due", "heard", "dripped", "begun")
 
     def __init__(self, limits: Limits, max_new_tokens: int):
         self.limits = limits
         self.events = max_new_tokens + limits.event_margin
         self.bytes = self.events * limits.bytes_per_token
-        self.due = time.monotonic() + limits.timeout
+        self.heard = time.monotonic()  # the start, then the last whole event
+        self.due = self.heard + limits.timeout
         self.dripped = False  # bytes came since the last event, but no whole event yet
         self.begun = False
 
@@ -117,10 +122,16 @@ class Budget:
     def event(self) -> None:
         """A whole event arrived: the next is due within ``idle_timeout``."""
         self.begun, self.dripped = True, False
-        self.due = time.monotonic() + self.limits.idle_timeout
+        self.heard = time.monotonic()
+        self.due = self.heard + self.limits.idle_timeout
 
-    def overdue(self, now: float, url: str) -> Optional[tuple]:
-        """(status, message) once the next event is late; None while it is not."""
+    def overdue(self, now: float, url: str, unhealthy: Optional[str] = None) -> Optional[tuple]:
+        """(status, message) once the next event is late, or the stream has been
+        silent for ``health_grace`` while the upstream is ``unhealthy`` (why, as
+        the health probe says); None while neither."""
+        if unhealthy is not None and now - self.heard >= self.limits.health_grace:
+            return 503, (f"the stream from {url} has been silent for {now - self.heard:.0f} s and the upstream "
+                         f"fails its health check ({unhealthy}): it is going away or gone")
         if now < self.due:
             return None
         if self.dripped:
