@@ -135,8 +135,9 @@ SETTINGS: Tuple[Setting, ...] = (
     _S(("--engine-step-delay",), "seconds each engine step takes, to emulate a model (default: %(default)s)", 0.0,
        float, check=not_negative, doc="seconds per engine step, to emulate a model's decode step"),
     _S(("--context-length",), "max prompt + generated tokens (default: the tokenizer's model_max_length, "
-       "else 65536)", None, int, check=at_least(2), doc_default="tokenizer's, else 65536",
-       doc="prompt + `max_new_tokens` limit"),
+       "else 65536; an upstream engine's smaller max_model_len wins)", None, int, check=at_least(2),
+       doc_default="tokenizer's, else 65536", doc="prompt + `max_new_tokens` limit (an upstream engine's smaller "
+                                                  "`max_model_len` wins)"),
     # -- capacity ---------------------------------------------------------------------------------------
     _S(("--max-running-requests",), "requests decoded at once (default: %(default)s)", 256, int, check=positive),
     _S(("--max-queued-requests",), "requests waiting beyond those; more get 503 (default: %(default)s)", 4096, int,

@@ -4,14 +4,17 @@ token-out ``/inference/v1/generate`` does (tests/upstream_standin.py)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
-from support import parse_sse, wait_for
+from support import ROOT, parse_sse, wait_for
 from test_upstream_sglang import serving, tokenize
 from upstream_standin import VLLMStandIn, lp
 
 pytestmark = pytest.mark.timeout(180)
+
+ECHO_LAST = os.path.join(ROOT, "examples", "chat_template_echo_last.jinja")
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +129,28 @@ def test_a_silent_stream_fails_soon_once_the_upstream_fails_its_health(front, st
     assert front.get("/health")[0] == 503
     standin.behaviour.clear()
     wait_for(lambda: front.get("/health")[0] == 200, 10, what="/health to recover with the upstream")
+
+
+@pytest.mark.fast
+def test_the_context_limit_is_the_upstreams_when_it_is_smaller():
+    """vLLM's (and SGLang's) /v1/models card has ``max_model_len``: mtok learns it and its limit is the
+    smaller of that and the tokenizer's, at every worker, so a prompt the upstream would refuse gets
+    mtok's own 400 before it is sent, and chat's budget without max_tokens fits the upstream."""
+    small = VLLMStandIn(max_model_len=40)
+    try:
+        with serving("--engine", f"vllm:{small.url}", "--tokenizer-worker-num", "2", "--chat-template", ECHO_LAST) as s:
+            wait_for(lambda: all(s.get("/v1/models")[1]["data"][0]["max_model_len"] == 40 for _ in range(6)), 20,
+                     what="the workers to learn the upstream's max_model_len")
+            assert s.get("/get_model_info")[1]["context_length"] == 40
+            long = " ".join(["word"] * 60)
+            status, body = s.post("/v1/completions", {"prompt": long, "max_tokens": 1})
+            assert status == 400 and "longer than the model's context length (40 tokens)" in body["error"]["message"]
+            status, body = s.post("/v1/completions", {"prompt": "Hello there", "max_tokens": 39})
+            assert status == 400 and "maximum context length of 40 tokens" in body["error"]["message"], body
+            assert small.seen == []
+            status, body = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}]})
+            assert status == 200, body
+            prompt = len(small.seen[-1]["token_ids"])
+            assert small.seen[-1]["sampling_params"]["max_tokens"] == 40 - prompt
+    finally:
+        small.stop()

@@ -17,7 +17,8 @@ stream, an ``{"error": {...}}`` event.
 
 The "model" echoes the prompt, cycling, so outputs are predictable; its logprob
 for the token at output position p is ``-0.5 * (p + 1)``.  ``behaviour`` switches
-errors, slowness and dying on; ``behaviour["says"] = ids`` answers those ids
+errors, slowness and dying on; ``max_model_len`` goes on its ``/v1/models``
+card; ``behaviour["says"] = ids`` answers those ids
 instead, ended by the model's eos (a constrained answer, canned); ``seen``
 records each request body and ``cancelled`` the streams whose client went away.
 
@@ -52,7 +53,8 @@ def lp(p: int) -> float:
 class StandIn:
     kind = ""
 
-    def __init__(self, port: int = 0):
+    def __init__(self, port: int = 0, max_model_len: Optional[int] = None):
+        self.max_model_len = max_model_len  # on its /v1/models card, when given (both servers' cards carry one)
         self.behaviour: Dict[str, Any] = {}
         self.seen: List[Dict[str, Any]] = []
         self.cancelled = 0
@@ -74,6 +76,10 @@ class StandIn:
                 pass
 
             def do_GET(self) -> None:
+                if self.path == "/v1/models":
+                    card = {"id": "standin", "object": "model", "max_model_len": outer.max_model_len}
+                    outer.reply(self, 200, {"object": "list", "data": [card]})
+                    return
                 if outer.behaviour.get("drip_health"):  # a status line, then the head a byte at a time
                     self.wfile.write(b"HTTP/1.1 200 OK\r\n")
                     for _ in range(int(HOSTILE_SECONDS / 0.2)):

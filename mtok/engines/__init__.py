@@ -44,6 +44,9 @@ spin.  The scheduler still enforces stop tokens, eos, stop strings and
 when it ends a request first: that is the cancel hook (an upstream adapter
 closes the request's connection there).  :meth:`Engine.health` says whether
 the engine can serve (None) or why not; ``/health`` answers 503 with it.
+:meth:`Engine.context_length` is the engine's own context limit, when it has
+one (an upstream's ``max_model_len``): the frontend's limit is then the smaller
+of it and the tokenizer's (or ``--context-length``).
 """
 
 from __future__ import annotations
@@ -119,6 +122,10 @@ class Engine:
 
     def health(self) -> Optional[str]:
         """None when the engine can serve; otherwise why not (``/health`` says 503)."""
+        return None
+
+    def context_length(self) -> Optional[int]:
+        """The most prompt + new tokens the engine itself takes, when it knows (None: no limit of its own)."""
         return None
 
 

@@ -25,6 +25,11 @@ an upstream set up wrong, say vLLM without ``--enable-scale-out``) is a 502, an
 unreachable or overloaded upstream is a 503, and a timeout a 504.  A probe
 thread asks the upstream's ``/health`` every second; while it fails,
 :meth:`UpstreamEngine.health` says why and mtok's own ``/health`` is 503.
+Once healthy (at start, and again after each outage: it may come back with
+another ``--max-model-len``), it reads the upstream's context limit from its
+``/v1/models`` card (``max_model_len``: vLLM's and SGLang's cards both carry
+it; SGLang's ``/get_model_info`` does not): mtok's limit is the smaller of that
+and the tokenizer's, so a prompt the upstream would refuse gets mtok's own 400.
 
 What an upstream sends is untrusted and every read of it is bounded
 (:mod:`mtok.engines.upstream_limits`): crossing a bound, a redirect, an
@@ -174,6 +179,7 @@ class UpstreamEngine(Engine):
         self.todo: "queue.SimpleQueue[Flight]" = queue.SimpleQueue()
         self.problem: Optional[str] = None
         self.probed = time.monotonic()  # when the last probe ended
+        self.max_model_len: Optional[int] = None  # the upstream's context limit, once read
         for i in range(size):
             threading.Thread(target=self._sender, name=f"upstream-{i}", daemon=True).start()
         threading.Thread(target=self._probe, name="upstream-probe", daemon=True).start()
@@ -383,10 +389,34 @@ class UpstreamEngine(Engine):
 
     # -- health ----------------------------------------------------------------------
     def _probe(self) -> None:
+        learned = False  # since the upstream last became healthy
         while True:
             self.problem = self.check_upstream()
+            if self.problem is None and not learned:
+                self.max_model_len = self.read_context_length() or self.max_model_len
+                learned = True
+            elif self.problem is not None:
+                learned = False
             self.probed = time.monotonic()
             time.sleep(PROBE_INTERVAL)
+
+    def context_length(self) -> Optional[int]:
+        return self.max_model_len
+
+    def read_context_length(self) -> Optional[int]:
+        """The first ``max_model_len`` of the upstream's ``/v1/models`` cards; None if it gives none."""
+        try:
+            status, raw = self._call("GET", "/v1/models", None, PROBE_TIMEOUT)
+            cards = json.loads(raw).get("data") if status == 200 else None
+        except (OSError, http.client.HTTPException, Malformed, ValueError, RecursionError, AttributeError):
+            return None
+        for card in cards if isinstance(cards, list) else ():
+            n = card.get("max_model_len") if isinstance(card, dict) else None
+            if type(n) is int and n > 0:
+                if n != self.max_model_len:
+                    logger.info("upstream %s: max_model_len %d", self.url, n)
+                return n
+        return None
 
     def check_upstream(self) -> Optional[str]:
         try:

@@ -88,13 +88,16 @@ class SchedulerRunner:
                 self.scheduler.drop_all()
 
     def publish_gauges(self) -> None:
-        """The queue lengths, for /metrics; written only when they change."""
-        state = self.scheduler.gauges()
+        """The queue lengths, for /metrics, and what the engines say of themselves;
+        written only when they change."""
+        state = self.scheduler.gauges() + (self.scheduler.engine_context_lengths(),)
         if self.board is not None and state != self._published:
             self._published = state
             snap: dict = {"gauges": {"num_requests_running": state[0], "num_requests_waiting": state[1]}}
             if state[2] is not None:
                 snap["engine_problem"] = state[2]  # /health reads it: 503 while set
+            if state[3]:
+                snap["engine_context"] = dict(state[3])  # the workers' context limits (an upstream's max_model_len)
             publish(self.board.extra(SCHEDULER_SLOT), snap)
 
     def close(self) -> None:

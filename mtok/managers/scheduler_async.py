@@ -26,6 +26,16 @@ class AsyncEngineSupport:
                 return f"{name}: {problem}"
         return None
 
+    def engine_context_lengths(self) -> Tuple[Tuple[str, int], ...]:
+        """(model, the context limit its engine has learned) for each engine that knows one."""
+        out = []
+        for name, rt in self.models.items():
+            learned = getattr(rt.engine, "context_length", None)
+            n = learned() if callable(learned) else None
+            if isinstance(n, int) and n > 0:
+                out.append((name, n))
+        return tuple(out)
+
     def engine_logprobs(self, req: Any, out: EngineOutput) -> None:
         """Queue the rows an asynchronous engine sent: the prompt's (once) and the new tokens'."""
         def row(r: Any, token: int) -> tuple:

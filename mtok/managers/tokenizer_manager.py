@@ -163,6 +163,15 @@ class TokenizerManager:
                            f"{', '.join(map(repr, self.models))}", 404, param="model")
         return entry
 
+    def learn_context_lengths(self, limits: Optional[Dict[str, int]]) -> None:
+        """The engines' own context limits (model -> tokens, as the scheduler
+        publishes them): each model's limit is the smaller of its engine's and
+        the configured one (``--context-length``, else the tokenizer's)."""
+        for name, n in (limits or {}).items():
+            model = self.models.get(name)
+            if model is not None and isinstance(n, int) and n > 0:
+                model.context_length = min(model.configured_length, n)
+
     def new_rid(self) -> str:
         """Unguessable, and never one a client may choose (see :mod:`mtok.api.limits`)."""
         return new_rid()

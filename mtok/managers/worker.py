@@ -30,9 +30,9 @@ from ..wire.args import ServerArgs, read_args
 from ..api import loop
 from ..api.server import HTTPServer
 from ..api.listen import make_listen_socket
-from ..wire.metrics import publish
+from ..wire.metrics import publish, read as read_metrics
 from ..procutil import ChildBoot, exit_now, on_signal
-from ..wire.status import FIRST_WORKER_SLOT, ServerState, StatusBoard
+from ..wire.status import FIRST_WORKER_SLOT, SCHEDULER_SLOT, ServerState, StatusBoard
 from .ahead import EncodeAhead
 from .tokenizer_manager import TokenizerManager, TokenizerWorker
 
@@ -70,12 +70,14 @@ class HttpFrontend:
 
     def tick(self) -> None:
         """Called by the serving loop at least every poll interval: proof of
-        life, this worker's counters for whoever answers /metrics, and a look at
-        the server's state, so that a core process's death fails the requests in
-        flight even if the supervisor's notice to this worker went astray."""
+        life, this worker's counters for whoever answers /metrics, the context
+        limits the engines have learned (an upstream's ``max_model_len``), and a
+        look at the server's state, so that a core process's death fails the
+        requests in flight even if the supervisor's notice to this worker went astray."""
         self.board.heartbeat(self.slot)
         self.board.set_served(self.slot, self.httpd.served)
         publish(self.board.extra(self.slot), self.httpd.metrics.snapshot())
+        self.tm.learn_context_lengths((read_metrics(self.board.extra(SCHEDULER_SLOT)) or {}).get("engine_context"))
         if self.tm.failure is None and self.board.state == ServerState.FAILED:
             self.tm.fail_all(self.board.failure_message())
 
