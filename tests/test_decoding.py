@@ -49,8 +49,9 @@ def scheduler(name):
     return Scheduler(args)
 
 
-def stream(detok, ids, chunks, skip=True, stop=None, stop_offset=None, reason=None):
-    """Feed ``ids`` to the detokenizer in steps of the given sizes; return the deltas."""
+def stream(detok, ids, chunks, skip=True, stop=None, stop_offset=None, reason=None, context=None):
+    """Feed ``ids`` to the detokenizer in steps of the given sizes (the first
+    after the prompt ids ``context``, as the scheduler sends them); return the deltas."""
     rid, pos, deltas = uuid.uuid4().hex, 0, []
     sizes = list(chunks) or [len(ids)]
     while pos < len(ids) or not deltas:
@@ -62,7 +63,8 @@ def stream(detok, ids, chunks, skip=True, stop=None, stop_offset=None, reason=No
             rids=[rid], finished_reasons=[(reason or FinishLength(len(ids))) if final else None], decode_ids=[new],
             prompt_tokens=[1], completion_tokens=[pos], skip_special_tokens=[skip],
             spaces_between_special_tokens=[True], no_stop_trim=[False], stop=[stop],
-            stop_str_offsets=[stop_offset if final else None]))
+            stop_str_offsets=[stop_offset if final else None],
+            decode_contexts=[context] if context and not deltas else None))
         deltas.append(out.output_strs[0])
     assert rid not in detok.states, "finished requests must not keep decode state"
     return deltas
@@ -81,6 +83,62 @@ def test_random_ids_stream_to_the_one_shot_decode(name):
         assert "".join(deltas) == tok.decode(ids, skip_special_tokens=skip)
 
     check()
+
+
+def after(tok, context, ids, skip=True):
+    """The text ``ids`` add to ``context``: what SGLang's and vLLM's detokenizers give."""
+    head = tok.decode(context, skip_special_tokens=skip)
+    full = tok.decode(list(context) + list(ids), skip_special_tokens=skip)
+    assert full.startswith(head)
+    return full[len(head):]
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_random_ids_stream_to_their_text_after_the_prompt(name):
+    detok = detokenizer(name)
+    decoder = detok.decoders[detok.default_model]
+    tok = decoder.tokenizer
+
+    @SETTINGS
+    @given(prompt=st.sampled_from(prompts(40)), ids=st.lists(st.integers(0, tok.vocab_size - 1), min_size=1,
+                                                               max_size=30),
+           chunks=st.lists(st.integers(1, 4), max_size=5), skip=st.booleans())
+    def check(prompt, ids, chunks, skip):
+        context = decoder.context(tok.encode(prompt, add_special_tokens=True), skip, True)
+        deltas = stream(detok, ids, chunks, skip, context=context)
+        assert "".join(deltas) == after(tok, context, ids, skip)
+
+    check()
+
+
+def test_a_completion_keeps_the_space_its_first_token_begins_with():
+    """Mistral's decoder strips the leading space of the text it decodes: a
+    completion's first ``▁Good`` decoded alone is "Good", after the prompt " Good"."""
+    name = "mistral-7b-v0.1.json"
+    if name not in TOKENIZERS:
+        pytest.skip(f"{name} is not in {SHARED_TOKENIZERS}")
+    detok, sched = detokenizer(name), scheduler(name)
+    decoder = detok.decoders[detok.default_model]
+    tok = decoder.tokenizer
+    prompt = tok.encode("Hello", add_special_tokens=True)
+    good = tok.encode("Hello Good morning", add_special_tokens=False)[1:]
+    context = decoder.context(prompt, True, True)
+    assert "".join(stream(detok, good, [1], context=context)) == " Good morning"
+    assert "".join(stream(detok, good, [1])) == "Good morning"  # no context: the old text
+    # A prompt that ends in byte tokens (maybe inside a character) is context up to them.
+    crab = tok.encode("🦀", add_special_tokens=False)
+    assert len(crab) > 1 and all(t in decoder.byte_ids for t in crab[1:])
+    assert decoder.context(prompt + crab[:-1], True, True) == [prompt[-1], crab[0]]  # the last 5, less 3 bytes
+    # The scheduler decodes after the same context: a stop string with the space matches.
+    sched.handle_generate(TokenizedGenerateReqInput(
+        rid="ctx", input_ids=prompt, model=sched.default_model,
+        sampling_params=SamplingParams(max_new_tokens=8, stop=[" Good"], ignore_eos=True)))
+    req = sched.reqs.pop("ctx")
+    sched.waiting.remove(req)
+    assert req.context == context
+    req.output_ids.append(good[0])
+    sched.check_finished([req])
+    assert req.finished_reason == FinishStop(" Good") and req.stop_offset == 0
 
 
 @pytest.mark.parametrize("name", TOKENIZERS)

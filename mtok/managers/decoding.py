@@ -9,6 +9,12 @@ text that ends in a SentencePiece byte token, because the run of byte tokens
 it belongs to is decoded as a whole.  Both
 processes run the same code on the same ids, so the scheduler's stop-string
 decision and the detokenizer's trimmed text always agree.
+
+A request's first window begins with the prompt's last few ids
+(:meth:`IncrementalDecoder.context`), as SGLang's and vLLM's detokenizers
+begin theirs: decoded alone, a SentencePiece ``▁Good`` loses its space to the
+decoder's ``Strip`` and a WordPiece word its separating space, so a completion
+of ``"Hello"`` would read ``"Good"`` where the text is ``" Good"``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ REPLACEMENT = "\ufffd"
 # A window of ids that decodes to nothing (skipped special tokens) is committed
 # once it is this long, so the per-step cost stays bounded.
 MAX_EMPTY_WINDOW = 32
+
+# How many of the prompt's last ids a request's text is decoded after: SGLang's
+# and vLLM's number (their INIT_INCREMENTAL_DETOKENIZATION_OFFSET).
+CONTEXT_IDS = 5
 
 
 class DecodeState:
@@ -41,6 +51,13 @@ class DecodeState:
         self.skip_special_tokens = skip_special_tokens
         self.spaces_between_special_tokens = spaces_between_special_tokens
         self.utf8: Any = None  # the incremental UTF-8 decoder of the byte-level path
+
+    def start_after(self, context: Optional[Sequence[int]]) -> None:
+        """Decode this request's first ids after ``context`` (from
+        :meth:`IncrementalDecoder.context`); only before any id is added."""
+        if context:
+            self.ids = list(context)
+            self.surr, self.read = 0, len(self.ids)
 
 
 _utf8_decoder = codecs.getincrementaldecoder("utf-8")
@@ -65,6 +82,23 @@ class IncrementalDecoder:
         # first request that needs it.
         self.byte_tables = {skip: tokenizer.byte_table(skip) for skip in (True, False)}
 
+    def context(self, prompt_ids: Sequence[int], skip: bool, spaces: bool) -> List[int]:
+        """The prompt's last ids that a request's first window decodes after;
+        empty on the byte-level path (each id its own bytes: nothing to keep).
+        A trailing run of byte tokens is left out: it may end inside a
+        character, and the window's text must begin with the context's."""
+        if self._byte_path(skip, spaces) is not None:
+            return []
+        tail = list(prompt_ids[-CONTEXT_IDS:])
+        while tail and tail[-1] in self.byte_ids:
+            tail.pop()
+        return tail
+
+    def _byte_path(self, skip: bool, spaces: bool) -> Optional[List[bytes]]:
+        # Without spaces between special tokens, added tokens split the text
+        # into runs decoded apart: not a plain byte stream.
+        return self.byte_tables[skip] if spaces or not self.has_added else None
+
     def step(self, states: Sequence[DecodeState], final: Sequence[bool]) -> List[str]:
         """Decode the ids appended since the last step; return each state's newly
         committed text.  ``final`` states commit everything, broken tail or not."""
@@ -74,9 +108,7 @@ class IncrementalDecoder:
                 groups.setdefault((st.skip_special_tokens, st.spaces_between_special_tokens), []).append(i)
         out = [""] * len(states)
         for (skip, spaces), idx in groups.items():
-            # Without spaces between special tokens, added tokens split the text
-            # into runs decoded apart: not a plain byte stream.
-            table = self.byte_tables[skip] if spaces or not self.has_added else None
+            table = self._byte_path(skip, spaces)
             if table is not None:
                 self._step_bytes(table, states, idx, final, out)
             else:

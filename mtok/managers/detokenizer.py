@@ -96,6 +96,8 @@ class DetokenizerManager:
                 trim = not recv.no_stop_trim[i]
                 st = DecodeStatus(recv.skip_special_tokens[i], recv.spaces_between_special_tokens[i],
                                   (recv.stop[i] or []) if trim else None)
+                if recv.decode_contexts is not None:
+                    st.start_after(recv.decode_contexts[i])
             reason = recv.finished_reasons[i]
             ids = recv.decode_ids[i]
             if reason is not None and _trims_stop_token(reason, ids, recv.no_stop_trim[i]):

@@ -56,7 +56,7 @@ class Req:
     __slots__ = (
         "rid", "input_ids", "output_ids", "sampling_params", "worker_address", "model",
         "finished_reason", "new_ids", "decode", "checked", "stop_offset", "tail", "max_stop_len", "regexes",
-        "logprobs", "lora_path", "new_logprobs", "engine_finish", "engine_rows",
+        "logprobs", "lora_path", "new_logprobs", "engine_finish", "engine_rows", "context",
     )
 
     def __init__(self, msg: TokenizedGenerateReqInput):
@@ -82,6 +82,9 @@ class Req:
         self.new_logprobs: Optional[Dict[str, list]] = None  # since the last output, when logprobs are on
         self.engine_finish: Optional[Dict[str, Any]] = None  # an asynchronous engine ended it (EngineOutput)
         self.engine_rows: Optional[Any] = None  # this step's EngineOutput, for its logprob rows
+        # the prompt's last ids its text decodes after (decoding.CONTEXT_IDS); sent
+        # to the detokenizer with the request's first output, then dropped
+        self.context: Optional[List[int]] = None
 
 
 class ModelRuntime:
@@ -199,6 +202,11 @@ class Scheduler(LogprobSteps, AsyncEngineSupport, SchedulerRpc):
         else:
             self.reqs[req.rid] = req
             self.waiting.append(req)
+            sp = req.sampling_params
+            req.context = self.models[req.model].decoder.context(req.input_ids, sp.skip_special_tokens,
+                                                                 sp.spaces_between_special_tokens) or None
+            if req.decode is not None:
+                req.decode.start_after(req.context)
             return
         self.pending_output.append(req)
 
@@ -371,6 +379,13 @@ class Scheduler(LogprobSteps, AsyncEngineSupport, SchedulerRpc):
             out.no_stop_trim.append(sp.no_stop_trim)
             out.stop.append(sp.stop or None)
             out.stop_str_offsets.append(r.stop_offset)
+            if r.context is not None:
+                if out.decode_contexts is None:
+                    out.decode_contexts = [None] * (len(out.stop_str_offsets) - 1)
+                out.decode_contexts.append(r.context)
+                r.context = None
+            elif out.decode_contexts is not None:
+                out.decode_contexts.append(None)
             if r.regexes is not None and not sp.no_stop_trim:
                 if out.stop_holds is None:
                     out.stop_holds = [None] * (len(out.stop_str_offsets) - 1)

@@ -182,6 +182,9 @@ class BatchTokenIDOutput(BaseBatchReq):
     # began (text from there on is held back from the stream), or None
     stop_holds: Optional[List[Optional[int]]] = None
     models: Optional[List[Optional[str]]] = None
+    # per request, on its first output only: the prompt's last ids, which its
+    # text is decoded after (mtok.managers.decoding); None when no request has any
+    decode_contexts: Optional[List[Optional[List[int]]]] = None
     # per request, None unless it asked for logprobs: {key: rows} where a key is
     # one of LOGPROB_KEYS and a row is (logprob, id) or a list of those (or None)
     logprobs: Optional[List[Optional[Dict[str, list]]]] = None
