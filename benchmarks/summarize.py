@@ -100,11 +100,12 @@ def compare_table(doc: Dict[str, Any]) -> str:
 def chat_what(doc: Dict[str, Any]) -> str:
     """The chat-3turn workload in words: the conversation, the reply, the servers' flags."""
     p, r = doc["params"], doc["results"]
-    w, check, server = p["workload"], p.get("check", {}), r["mtok"].get("server", {})
+    w, server = p["workload"], r["mtok"].get("server", {})
     template = os.path.basename(server.get("chat_template") or "?")
+    per = {k: round(r["mtok"][f"{k}_tokens_per_s"] / r["mtok"]["requests_per_s"]) for k in ("input", "output")}
     return (f"`{w['endpoint_path']}`, a three-turn chat (system, user, assistant, user) with two tools through "
-            f"`{template}`, {check.get('prompt_tokens', '?')}-token prompts (~{r['mtok'].get('mean_prompt_bytes', '?')} "
-            f"bytes), replies of {check.get('reply_tokens', '?')} tokens (reasoning, an answer, one tool call), "
+            f"`{template}`, prompts of {per['input']} tokens on average (~{r['mtok'].get('mean_prompt_bytes', '?')} "
+            f"bytes), replies of {per['output']} (reasoning, an answer, one tool call), "
             f"{'streamed, ' if w['stream'] else ''}`--tool-call-parser {server.get('tool_call_parser')} "
             f"--reasoning-parser {server.get('reasoning_parser')}`, {p['workers']} workers, concurrency "
             f"{w['concurrency']}, {w['duration']:g} s after {w['warmup']:g} s warm-up; both servers gave the same "
