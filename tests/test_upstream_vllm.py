@@ -10,7 +10,7 @@ import pytest
 
 from support import ROOT, parse_sse, wait_for
 from test_upstream_sglang import serving, tokenize
-from upstream_standin import VLLMStandIn, lp
+from upstream_standin import VLLMStandIn, lp, prompt_lp
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -67,8 +67,6 @@ def test_stop_token_logprobs_and_refusals(front, standin):
     assert [r[:2] for r in meta["output_token_logprobs"]] == [[lp(0), 5], [lp(1), 6], [lp(2), 5]]
     assert [[t[:2] for t in row] for row in meta["output_top_logprobs"]][1] == [[lp(1), 6], [lp(1) - 1, 7]]
     assert standin.seen[-1]["sampling_params"]["logprobs"] == 2
-    status, body = front.post("/generate", {"input_ids": [5, 6], "return_logprob": True, "logprob_start_len": 0})
-    assert status == 400 and body["error"]["param"] == "logprob_start_len", body
     status, body = front.post("/generate", {"input_ids": [5, 6], "return_logprob": True, "token_ids_logprob": [3]})
     assert status == 400 and body["error"]["param"] == "token_ids_logprob", body
 
@@ -154,3 +152,36 @@ def test_the_context_limit_is_the_upstreams_when_it_is_smaller():
             assert small.seen[-1]["sampling_params"]["max_tokens"] == 40 - prompt
     finally:
         small.stop()
+
+
+@pytest.mark.fast
+def test_prompt_logprobs_are_asked_unstreamed(front, standin):
+    """vLLM's token stream has no field for prompt logprobs; the same route answers ``"stream": false``
+    whole with ``prompt_logprobs``: echo with logprobs, logprob_start_len and chat's prompt_logprobs
+    are served from it (the client's own stream still streams)."""
+    ids = tokenize(front, "Hello there, world")
+    status, body = front.post("/v1/completions", {"prompt": "Hello there, world", "max_tokens": 2, "echo": True,
+                                                  "logprobs": 1})
+    assert status == 200, body
+    sent = standin.seen[-1]
+    assert sent["stream"] is False and sent["sampling_params"]["prompt_logprobs"] == 1, sent
+    got = body["choices"][0]["logprobs"]
+    n = len(ids)
+    assert got["token_logprobs"] == [None] + [prompt_lp(p) for p in range(1, n)] + [lp(0), lp(1)]
+    tops = [sorted(d.values(), reverse=True) for d in got["top_logprobs"][1:n]]
+    assert tops == [[prompt_lp(p) + 0.5, prompt_lp(p)] for p in range(1, n)]  # the best, then the token itself
+    events = front.stream("/v1/completions", {"prompt": "Hello there, world", "max_tokens": 2, "echo": True,
+                                              "logprobs": 1, "stream": True})
+    streamed = [x for e in events[:-1] if e["choices"] and e["choices"][0]["logprobs"]
+                for x in e["choices"][0]["logprobs"]["token_logprobs"]]
+    assert streamed == got["token_logprobs"]
+    status, body = front.post("/generate", {"input_ids": ids, "return_logprob": True, "logprob_start_len": 2,
+                                            "top_logprobs_num": 3, "sampling_params": {"max_new_tokens": 1}})
+    assert status == 200, body
+    rows = body["meta_info"]["input_token_logprobs"]
+    assert [r[:2] for r in rows] == [[prompt_lp(p), ids[p]] for p in range(2, n)]
+    assert [[t[1] for t in top] for top in body["meta_info"]["input_top_logprobs"]][0] == [ids[2] + 1, ids[2],
+                                                                                            ids[2] + 2]
+    status, body = front.post("/generate", {"input_ids": ids, "return_logprob": True})  # no prompt: streamed
+    assert status == 200 and standin.seen[-1]["stream"] is True and "prompt_logprobs" not in \
+        standin.seen[-1]["sampling_params"]

@@ -13,7 +13,10 @@ stream, an ``{"error": {...}}`` event.
 ``VLLMStandIn`` is vLLM 0.33's token-in/token-out ``/inference/v1/generate``
 (``entrypoints/scale_out/token_in_token_out``): ``token_ids`` in, streamed
 ``{"request_id", "choices": [{"index", "token_ids" (new ones), "finish_reason",
-"stop_reason", "logprobs": {"content": [{"token_id", "logprob", "top_logprobs"}]}}]}``.
+"stop_reason", "logprobs": {"content": [{"token_id", "logprob", "top_logprobs"}]}}]}``;
+with ``"stream": false`` one JSON answer of the same choice (every id) and, when
+``sampling_params.prompt_logprobs`` is k, ``prompt_logprobs``: null, then per
+position ``{id: {logprob, rank, decoded_token}}`` (:func:`prompt_lp`).
 
 The "model" echoes the prompt, cycling, so outputs are predictable; its logprob
 for the token at output position p is ``-0.5 * (p + 1)``.  ``behaviour`` switches
@@ -48,6 +51,12 @@ BEYOND_VOCAB = 10 ** 9
 
 def lp(p: int) -> float:
     return -0.5 * (p + 1)
+
+
+def prompt_lp(p: int) -> float:
+    """The stand-in vLLM's logprob of the prompt token at position p (>= 1); the id after it is
+    ranked first, 0.5 better, so the token itself is second and further ones follow."""
+    return -0.25 * (p + 1)
 
 
 class StandIn:
@@ -394,6 +403,35 @@ class SGLangStandIn(StandIn):
 
 class VLLMStandIn(StandIn):
     kind = "vllm"
+
+    def stream(self, h: BaseHTTPRequestHandler, body: Dict[str, Any], prompt: List[int], params: Dict[str, Any]) -> None:
+        if body.get("stream") is not False:
+            super().stream(h, body, prompt, params)
+            return
+        limit, stops, out, finish = self.max_tokens(params), set(params.get("stop_token_ids") or ()), [], None
+        for p in range(limit):
+            out.append(prompt[p % len(prompt)])
+            finish = self.finish(out[-1], stops, p + 1, limit)
+            if finish is not None:
+                break
+        events = [self.make_event(body, prompt, out[:p + 1], None)["choices"][0] for p in range(len(out))]
+        choice = dict(events[-1], token_ids=out, **finish)
+        if choice["logprobs"] is not None:
+            choice["logprobs"] = {"content": [c for e in events for c in e["logprobs"]["content"]]}
+        answer: Dict[str, Any] = {"request_id": "standin", "choices": [choice], "prompt_logprobs": None}
+        k = params.get("prompt_logprobs")
+        if k is not None:
+            answer["prompt_logprobs"] = [None] + [self.prompt_entry(p, t, k) for p, t in enumerate(prompt) if p]
+        self.reply(h, 200, answer)
+
+    @staticmethod
+    def prompt_entry(p: int, tok: int, k: int) -> Dict[str, Any]:
+        own = prompt_lp(p)
+        entry = {str(tok + 1): {"logprob": own + 0.5, "rank": 1, "decoded_token": None},
+                 str(tok): {"logprob": own, "rank": 2, "decoded_token": None}}
+        for i in range(2, k):
+            entry[str(tok + i)] = {"logprob": own - i, "rank": i + 1, "decoded_token": None}
+        return entry
 
     def prompt_and_params(self, body: Dict[str, Any]) -> Any:
         return body.get("token_ids"), body.get("sampling_params") or {}

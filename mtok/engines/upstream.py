@@ -49,7 +49,9 @@ that come after it fail the request rather than vanish.
 Options come in the URL's query (:class:`~mtok.engines.upstream_limits.Limits`):
 ``sglang:http://host:30000?max_connections=64&timeout=600``.
 Subclasses say how a request is written (:meth:`request_body`) and how an
-event is read (:meth:`parse_event`).
+event is read (:meth:`parse_event`).  A body with ``"stream": false`` (what
+vLLM needs for prompt logprobs, which its stream cannot carry) is answered by
+one JSON object, read as one event within ``max_line_bytes`` and ``timeout``.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ class Pool:
 class Flight:
     """One request's stream: what arrived and was not yet handed to the scheduler."""
 
-    __slots__ = ("req", "ids", "rows", "input_rows", "finish", "sock", "cancelled", "seen", "budget")
+    __slots__ = ("req", "ids", "rows", "input_rows", "finish", "sock", "cancelled", "seen", "budget", "whole")
 
     def __init__(self, req: Any):
         self.req = req
@@ -147,6 +149,7 @@ class Flight:
         self.cancelled = False
         self.seen = 0  # output ids received so far (the sender thread's count)
         self.budget: Optional[Budget] = None  # set when its sender begins it
+        self.whole = False  # asked for one JSON answer, not a stream
 
     def has_news(self) -> bool:
         return bool(self.ids) or self.finish is not None or self.input_rows is not None
@@ -259,7 +262,9 @@ class UpstreamEngine(Engine):
                     self._deliver(flight, [], [], None, upstream_abort(502, f"{type(e).__name__}: {e}"))
 
     def _run(self, flight: Flight) -> None:
-        body = json.dumps(self.request_body(flight.req)).encode()
+        request = self.request_body(flight.req)
+        body = json.dumps(request).encode()
+        flight.whole = request.get("stream") is False
         flight.budget = Budget(self.limits, flight.req.sampling_params.max_new_tokens)
         conn = self.pool.get()
         reusable = False
@@ -297,9 +302,10 @@ class UpstreamEngine(Engine):
         if resp.status != 200:
             return self._refused(flight, resp)
         kind = (resp.getheader("Content-Type") or "").partition(";")[0].strip().lower()
-        if kind != "text/event-stream":
-            raise Malformed(f"a {kind or 'untyped'} answer, not an event stream")
-        held = self._read_stream(flight, resp)
+        wanted = "application/json" if flight.whole else "text/event-stream"
+        if kind != wanted:
+            raise Malformed(f"a {kind or 'untyped'} answer, not {'a JSON object' if flight.whole else 'an event stream'}")
+        held = self._read_whole(flight, resp) if flight.whole else self._read_stream(flight, resp)
         if held is None:
             self._fail(flight, 502, "the stream ended without a finish reason")
             return False
@@ -341,6 +347,19 @@ class UpstreamEngine(Engine):
             else:
                 held = (ids, rows, input_rows, finish)
         return held
+
+    def _read_whole(self, flight: Flight, resp: http.client.HTTPResponse) -> Optional[tuple]:
+        """A whole answer (``"stream": false``), read as one event: its finish, held
+        (None if it has none)."""
+        assert flight.budget is not None
+        raw = read_capped(resp, flight.budget.line_cap(), flight.budget.due, None)
+        try:
+            answer = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise Malformed(f"a malformed answer: {raw[:80]!r}") from None
+        ids, rows, input_rows, finish = self._parsed(flight, answer)
+        flight.seen += len(ids)
+        return None if finish is None else (ids, rows, input_rows, finish)
 
     def _parsed(self, flight: Flight, event: Any) -> Tuple[List[int], List[Any], Optional[list], Any]:
         """:meth:`parse_event`'s reading of ``event``, checked (:func:`checked`);

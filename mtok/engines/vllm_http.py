@@ -30,9 +30,17 @@ vocabulary, so they need a server that loads its tokenizer (not
 that the tokens route reads a nested ``structured_outputs`` object as its
 OpenAI routes do, and what it answers when it cannot.
 
-Not offered by that stream: prompt logprobs ("the stream schema has no field
-for the scores", ~line 217) and logprobs of chosen token ids, so a request that
-asks for them gets a 400 naming the field.  ``n`` is expanded by mtok.
+Prompt logprobs (``echo`` with ``logprobs``, chat's ``prompt_logprobs``,
+``logprob_start_len``): the stream has no field for them ("the stream schema
+has no field for the scores", ~line 217), but the same route answers a request
+with ``"stream": false`` whole, with ``prompt_logprobs`` beside the choices
+(``serve_tokens_full_generator``, ~line 495: per prompt position null first,
+then ``{id: {logprob, rank, decoded_token}}`` holding the token's own and the
+top ``sampling_params.prompt_logprobs``).  So such a request is sent unstreamed
+and its answer arrives at once (mtok's client still gets its own stream); it
+works on a ``--skip-tokenizer-init`` server too (``decoded_token`` is null
+there, and mtok names tokens itself).  Logprobs of chosen token ids are not
+offered: a 400 naming the field.  ``n`` is expanded by mtok.
 """
 
 from __future__ import annotations
@@ -40,7 +48,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from .upstream import Flight, UpstreamEngine, error_event_abort, upstream_abort
-from ..wire.finish import FinishAbort, FinishLength, FinishStop
+from ..managers.scheduler_logprobs import side_top_n
+from ..wire.finish import FinishLength, FinishStop
 
 # mtok name -> vLLM SamplingParams name, sent when not at mtok's default
 RENAMED = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "temperature": "temperature",
@@ -69,27 +78,25 @@ def sampling_body(sp: Any, top_n: Optional[int]) -> Dict[str, Any]:
     return out
 
 
+def wants_prompt(req: Any) -> bool:
+    """Whether ``req`` asks for prompt logprobs (from ``logprob_start_len``)."""
+    lp = req.logprobs
+    return lp is not None and 0 <= lp.start_len < len(req.input_ids)
+
+
 class VLLMEngine(UpstreamEngine):
     capabilities = frozenset(("logprobs", "top_logprobs", "n", "regex", "json_schema", "ebnf", "structural_tag",
                               "logit_bias"))
     generate_path = "/inference/v1/generate"
     health_path = "/health"
 
-    def add_request(self, req: Any) -> None:
-        lp = req.logprobs
-        if lp is None or not 0 <= lp.start_len < len(req.input_ids):
-            super().add_request(req)
-            return
-        flight = Flight(req)  # never sent: answered at once
-        flight.finish = FinishAbort("prompt logprobs are not available from a vLLM upstream's token stream",
-                                    400, "logprob_start_len")
-        with self.cond:
-            self.flights[req.rid] = flight
-
     def request_body(self, req: Any) -> Dict[str, Any]:
-        top_n = req.logprobs.top_n if req.logprobs is not None else None
-        return {"token_ids": list(req.input_ids), "sampling_params": sampling_body(req.sampling_params, top_n),
-                "stream": True, "output_mode": "tokens"}
+        lp = req.logprobs
+        sp = sampling_body(req.sampling_params, lp.top_n if lp is not None else None)
+        prompt = wants_prompt(req)
+        if prompt:
+            sp["prompt_logprobs"] = side_top_n(lp, True)
+        return {"token_ids": list(req.input_ids), "sampling_params": sp, "stream": not prompt, "output_mode": "tokens"}
 
     def parse_event(self, flight: Flight, event: Dict[str, Any]) -> Tuple[List[int], List[Any], Optional[list],
                                                                           Optional[Dict[str, Any]]]:
@@ -105,7 +112,26 @@ class VLLMEngine(UpstreamEngine):
                 rows += [self._row(c, flight.req.logprobs.top_n) for c in content]
             finish = self._finish(choice.get("finish_reason"), choice.get("stop_reason"), flight.seen + len(ids)) \
                 or finish
-        return ids, rows, None, finish
+        prompt = event.get("prompt_logprobs")
+        input_rows = self._prompt_rows(flight.req, prompt) if prompt is not None and wants_prompt(flight.req) else None
+        return ids, rows, input_rows, finish
+
+    @staticmethod
+    def _prompt_rows(req: Any, entries: List[Any]) -> List[Any]:
+        """The prompt's rows from ``logprob_start_len`` on: each position's own logprob and
+        its top k by vLLM's rank (null, the first position, has none)."""
+        k = side_top_n(req.logprobs, True)
+        out: List[Any] = []
+        for pos in range(req.logprobs.start_len, len(req.input_ids)):
+            entry = entries[pos] if pos < len(entries) else None
+            if entry is None:
+                out.append(None)
+                continue
+            own = entry[str(req.input_ids[pos])]["logprob"]
+            ranked = sorted((e["rank"], int(t), e["logprob"]) for t, e in entry.items()
+                            if e.get("rank") is not None and e["rank"] <= k)
+            out.append((own, [(x, t) for _, t, x in ranked[:k]], None))
+        return out
 
     @staticmethod
     def _row(content: Dict[str, Any], top_n: int) -> Tuple[float, list, None]:
