@@ -22,8 +22,8 @@ from .bpe_cuts import MARK, Cuts, find_cuts, split_apart
 _NONE = 1 << 62  # "no merge": ranks are below 2**30 and ids below 2**32, so this is above any real one
 # Words with more symbols than this merge with a heap instead of rescans.
 _LINEAR_LIMIT = 256
-# Long words of SentencePiece-style files are merged in pieces, cached here.
-_CHUNK_MIN = 32
+# Long words of SentencePiece-style files are merged in pieces, cached here
+# (bpe_cuts.Cuts.min_length says how long).
 _CHUNK_CACHE = 1 << 16
 BYTE_TOKENS = tuple(f"<0x{b:02X}>" for b in range(256))
 
@@ -131,7 +131,7 @@ class BPE:
             whole = self.vocab.get(word)
             if whole is not None:
                 return [whole]
-        if self._cuts is None or len(word) < _CHUNK_MIN:
+        if self._cuts is None or len(word) < self._cuts.min_length:
             return self._word(word)
         return self.tokenize_chunks(self._cuts.coarse.findall(word))
 

@@ -40,6 +40,7 @@ into pieces of ~3 characters, most of them seen before.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import re
 from typing import Container, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
@@ -59,6 +60,10 @@ class Cuts(NamedTuple):
     alpha_whole: bool = False
     # Where ``fine`` is None: every junction, for ``split_apart`` (None: no finer cut).
     junctions: Optional[FrozenSet[str]] = None
+    # Words shorter than this are merged whole: with the classes, cutting a short
+    # word costs more than it saves; cut at the pairs, even a short line of text
+    # falls into pieces seen before.
+    min_length: int = 32
 
 
 def find_cuts(left: Sequence[str], right: Sequence[str], vocab: Container[str],
@@ -78,13 +83,13 @@ def find_cuts(left: Sequence[str], right: Sequence[str], vocab: Container[str],
     if not inert_bytes:
         return Cuts(coarse, None)
     if before_mark:  # the classes below cut before every ``▁`` run: not here
-        return Cuts(coarse, None, junctions=pairs)
+        return Cuts(coarse, None, junctions=pairs, min_length=2)
     unknown = "".join(c for c in map(chr, range(256)) if c not in vocab)
     tail = f"|[{re.escape(unknown)}]+" if unknown else ""
     to_rest, to_letters = _moved(unknown + sep, text)  # when searching, the separator is in no class
     groups = _groups(_classes(unknown, to_rest, to_letters), _classes(unknown + sep, to_rest, to_letters), text)
     if len(groups) == 1:  # digits, letters and the rest all joined: cut at each pair no junction holds
-        return Cuts(coarse, None, junctions=pairs)
+        return Cuts(coarse, None, junctions=pairs, min_length=2)
     fine = re.compile(f"{MARK}*(?:{'|'.join(groups)})|{MARK}+{tail}")
     return Cuts(coarse, fine, alpha_whole=not any(map(str.isalpha, to_rest)))
 
@@ -111,11 +116,11 @@ def _coarse(before_mark: Container[str]) -> "re.Pattern[str]":
 
 def split_apart(text: str, junctions: Container[str]) -> List[str]:
     """``text`` cut between every two neighbours that no junction holds."""
-    joined = map(junctions.__contains__, map(operator.add, text, text[1:]))
-    cuts = [i for i, j in enumerate(joined, 1) if not j]
+    apart = map(operator.not_, map(junctions.__contains__, map(operator.add, text, text[1:])))
+    cuts = list(itertools.compress(range(1, len(text)), apart))
     if not cuts:
         return [text]
-    return [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+    return list(map(text.__getitem__, map(slice, [0] + cuts, cuts + [len(text)])))
 
 
 def _classes(unknown: str, to_rest: str = "", to_letters: str = "") -> List[List[str]]:
