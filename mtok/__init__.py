@@ -8,7 +8,7 @@ server's own processes, which import this package, do not pay for them.
 __version__ = "0.1.0"
 
 _LAZY = {"launch": "mtok.launcher", "ServerHandle": "mtok.launcher", "BootError": "mtok.serve",
-         "Engine": "mtok.offline", "APIError": "mtok.api.validate"}
+         "Engine": "mtok.offline", "APIError": "mtok.validate"}
 
 
 def __getattr__(name):

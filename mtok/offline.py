@@ -34,7 +34,7 @@ from .api.server import EventStream, Pending, Request
 from .serve import Arbiter, BootError
 from .settings import server_args_from
 from .wire.status import FIRST_WORKER_SLOT, ServerState, SlotState
-from .api.validate import APIError
+from .validate import APIError
 
 __all__ = ["Engine"]
 

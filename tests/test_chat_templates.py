@@ -15,7 +15,7 @@ from mtok.api.chat_prompt import ChatInput, parse_chat_input, render_prompt, tem
 from mtok.api.chat_templates import ChatTemplateFileError, content_format, load_model_chat, special_tokens, template_flags
 from mtok.tokenizer import TokenizerFiles, load_tokenizer
 from mtok.managers.models import ModelEntry
-from mtok.api.validate import APIError
+from mtok.validate import APIError
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 

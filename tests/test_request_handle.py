@@ -20,7 +20,7 @@ import pytest
 from support import parse_sse, wait_for
 from mtok.api.listen import make_listen_socket
 from mtok.api.server import EventStream, HTTPServer, route
-from mtok.api.validate import APIError
+from mtok.validate import APIError
 from mtok.managers.tokenizer_manager import TokenizerManager
 from mtok.wire.args import PortArgs, ServerArgs
 from mtok.wire.finish import FinishAbort, FinishLength

@@ -28,7 +28,7 @@ from .limits import logprob_entry_limit
 from .logprobs import chat_content
 from .openai import StreamUsage, openai_finish, parse_openai_sampling, token_usage
 from .parse import parse_rid
-from .validate import bad, require_object
+from ..validate import bad, require_object
 
 if TYPE_CHECKING:
     from ..managers.models import ModelEntry

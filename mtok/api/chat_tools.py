@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional
 
 from ..parsers.forced import forced_name, merged_defs
 from .parser_routes import check_tools
-from .validate import bad, show
+from ..validate import bad, show
 
 # keyword -> what it holds: a schema, a map of schemas, a non-empty list of schemas, or a plain JSON kind
 _SCHEMA = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",

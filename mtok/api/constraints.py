@@ -21,7 +21,7 @@ import json
 from typing import Any, Dict, Optional
 
 from . import fields
-from .validate import bad
+from ..validate import bad
 from ..engines import CONSTRAINTS
 from ..parsers.forced import ForcedCalls, tool_call_schema
 from ..wire.io_struct import SamplingParams

@@ -31,7 +31,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional, Tuple
 
-from . import validate as v
+from .. import validate as v
 
 logger = logging.getLogger(__name__)
 

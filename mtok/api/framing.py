@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Optional, Tuple
 
-from .validate import APIError
+from ..validate import APIError
 
 MAX_HEADERS = 100  # header lines
 MAX_LINE = 8 << 10  # a request line or a header line, its CRLF not counted

@@ -19,7 +19,7 @@ from .framing import (LENGTH, MAX_HEAD, NO_BODY, FramingError, head_framing, hea
                       parse_request_line)
 from .routes import OPEN_PATHS, Request, find_route
 from .server import has_api_key
-from .validate import APIError, parse_json
+from ..validate import APIError, parse_json
 
 INLINE_MAX_BODY = 64 << 10  # larger bodies go to a thread, to tokenize there without stalling the loop
 WAIT, HAND_OVER = "wait", "hand over"

@@ -30,7 +30,7 @@ import os
 from typing import Any, List, Optional, Sequence
 
 from ..managers.stop_regex import PatternError, compile_patterns
-from .validate import bad
+from ..validate import bad
 
 RID_PREFIX = "mtok-"
 _RID_BATCH = 256

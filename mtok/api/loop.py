@@ -52,7 +52,7 @@ from .loop_conn import READING, WAITING, WRITING, Conn, LoopWatch, Waker
 from .offload import Offload, drop
 from .respond import body_fields, encode_outcome, internal_error, response_head
 from .routes import EventStream, Pending, Request, offloads
-from .validate import APIError
+from ..validate import APIError
 
 logger = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from ..wire.status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotSta
 from ..managers.request_handle import ReqState, RequestHandle
 from ..managers.tokenizer_manager import TokenizerManager
 from .parse import parse_generate, single_prompt
-from .validate import APIError, bad, check_unknown, get_bool, require_object
+from ..validate import APIError, bad, check_unknown, get_bool, require_object
 
 
 def finish_reason(st: ReqState) -> Optional[Dict[str, Any]]:

@@ -26,7 +26,7 @@ from .server import Pending, Request, Response, route
 from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
 from .logprobs import CompletionLogprobs, merge
 from .parse import parse_rid, response_format, sampling_params, single_prompt
-from .validate import _json_type, bad, get_bool, require_object, token_list
+from ..validate import _json_type, bad, get_bool, require_object, token_list
 
 if TYPE_CHECKING:
     from ..managers.request_handle import ReqState

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from . import fields
 from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
-from .validate import _json_type, bad, require_object, token_list
+from ..validate import _json_type, bad, require_object, token_list
 
 _SP_ATTRS = frozenset(f.name for f in SamplingParams.__dataclass_fields__.values())
 # Per surface, the defaults that are not SGLang's (OpenAI's completions: max_tokens 16); the table says which.

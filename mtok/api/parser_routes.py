@@ -19,7 +19,7 @@ from typing import Any, Dict, List
 
 from .server import Request, route
 from ..parsers import REASONING_FORMATS, TOOL_PARSERS, make_reasoning_parser, make_tool_parser
-from .validate import bad, check_unknown, get_bool, get_str, require_object
+from ..validate import bad, check_unknown, get_bool, get_str, require_object
 
 
 def check_tools(tools: Any, param: str = "tools") -> List[Dict[str, Any]]:

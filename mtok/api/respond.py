@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from ..managers.request_handle import ClientDisconnected
 from .routes import Response
-from .validate import APIError
+from ..validate import APIError
 
 logger = logging.getLogger(__name__)
 

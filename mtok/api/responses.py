@@ -41,7 +41,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from . import fields
 from .openai import openai_finish
 from .routes import Pending, Request, route
-from .validate import APIError, _json_type, bad, require_object, show
+from ..validate import APIError, _json_type, bad, require_object, show
 
 # Responses fields that go to the chat body under the same name (checked there by the chat rows)
 AS_ON_CHAT = ("model", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",

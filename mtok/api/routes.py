@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 from .connections import ConnectionWatch
-from .validate import APIError, parse_json
+from ..validate import APIError, parse_json
 
 
 @dataclass

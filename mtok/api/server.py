@@ -43,7 +43,7 @@ from .respond import (JSON, JSON_TYPE, TEXT_TYPE, body_fields, encode_result, in
 from ..wire.metrics import Metrics
 from .routes import OPEN_PATHS, EventStream, Pending, Request, Response, collect_routes, find_route, route  # noqa: F401
 from ..managers.request_handle import ClientDisconnected
-from .validate import APIError
+from ..validate import APIError
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from ..api.validate import APIError
+from ..validate import APIError
 from .models import ModelEntry
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ..api.chat_templates import ModelChat
-from ..api.validate import bad, show
+from ..validate import bad, show
 from ..tokenizer import Tokenizer, load_tokenizer
 
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ..api.limits import (check_batch_size, check_client_rids, check_logprob_entries, check_stop_regexes,
                           check_stops, check_top_logprobs, logprob_entry_limit)
-from ..api.validate import bad, show
+from ..validate import bad, show
 from ..wire.args import ServerArgs
 from ..wire.io_struct import GenerateReqInput, SamplingParams, TokenizedEmbeddingReqInput, TokenizedGenerateReqInput
 from .models import ModelEntry

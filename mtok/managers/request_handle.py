@@ -24,7 +24,7 @@ import queue
 import time
 from typing import Any, Dict, List, Optional, Set
 
-from ..api.validate import APIError
+from ..validate import APIError
 from ..wire.finish import FinishAbort, FinishReason
 
 WATCH_AFTER = 0.05  # seconds a request waits before its connection is watched for hang-ups

@@ -47,7 +47,7 @@ from .models import ModelEntry, load_tokenizers
 from .prepare import embedding_reqs, generate_prompts, generate_reqs
 from .request_handle import ReqState, RequestHandle
 from ..tokenizer import Tokenizer
-from ..api.validate import APIError, bad
+from ..validate import APIError, bad
 
 logger = logging.getLogger(__name__)
 
