@@ -309,7 +309,8 @@ class VLLMServer:
         self.seen: Set[int] = set()  # every pid of its tree ever seen, so orphans are found too
         self.boot_seconds: Optional[float] = None
         self.boot_history: List[float] = []  # seconds each boot took
-        self.peak_rss_kib: Dict[int, int] = {}
+        self.peak_rss_kib: Dict[int, int] = {}  # VmHWM of each process of this boot
+        self.rss_history: List[int] = []  # each finished boot's processes' peaks, summed (KiB)
 
     @property
     def url(self) -> str:
@@ -382,28 +383,12 @@ class VLLMServer:
     def stop(self, grace: float = STOP_GRACE) -> None:
         """SIGTERM to the whole session, then SIGKILL to whatever is left of it
         and of every pid it ever had (orphans of a killed API server too)."""
-        if self.proc is None:
-            return
-        pids = self.pids()
-        signal_all(pids, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while pids and time.monotonic() < deadline:
-            self._reap()
-            time.sleep(0.1)
-            pids = session_and_descendants(self.proc.pid, self.seen)
-        signal_all(pids, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while pids and time.monotonic() < deadline:
-            self._reap()
-            time.sleep(0.05)
-            pids = session_and_descendants(self.proc.pid, self.seen)
-        self._reap()
-        if pids:
-            raise RuntimeError(f"vLLM processes {sorted(pids)} survived SIGKILL")
-
-    def _reap(self) -> None:
         if self.proc is not None:
-            self.proc.poll()
+            self.pids()
+            end_session(self.proc.pid, self.seen, grace, self.proc.poll)
+            if self.peak_rss_kib:
+                self.rss_history.append(sum(self.peak_rss_kib.values()))
+            self.peak_rss_kib = {}
 
     def restart(self, timeout: float = BOOT_TIMEOUT) -> "VLLMServer":
         """Stop what is left and boot again on the same port."""
@@ -424,18 +409,27 @@ def signal_all(pids: Set[int], sig: int) -> None:
             pass
 
 
+def end_session(root: int, seen: Set[int], grace: float, reap=lambda: None) -> None:
+    """SIGTERM to ``root``'s session and every pid in ``seen``; SIGKILL to what
+    is left after ``grace`` s; ``reap`` collects the root's exit status (ours)."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        pids = session_and_descendants(root, seen)
+        signal_all(pids, sig)
+        deadline = time.monotonic() + wait
+        while pids and time.monotonic() < deadline:
+            reap()
+            time.sleep(0.05)
+            pids = session_and_descendants(root, seen)
+    reap()
+    if pids:
+        raise RuntimeError(f"vLLM processes {sorted(pids)} survived SIGKILL")
+
+
 def stop_state(path: str, grace: float = STOP_GRACE) -> None:
     """Stop the server a ``start`` command left behind (its state file)."""
     with open(path) as f:
         state = json.load(f)
-    root, seen = int(state["pid"]), set(state["pids"])
-    pids = session_and_descendants(root, seen)
-    signal_all(pids, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while pids and time.monotonic() < deadline:
-        time.sleep(0.2)
-        pids = session_and_descendants(root, seen)
-    signal_all(pids, signal.SIGKILL)
+    end_session(int(state["pid"]), set(state["pids"]), grace)
     os.unlink(path)
     log(f"stopped vLLM on {state['url']}")
 

@@ -99,10 +99,13 @@ def vllm_model(vllm_venv, tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def vllm_engines(vllm_venv, vllm_model) -> Iterator[Dict[str, real_vllm.VLLMServer]]:
-    """Both engines, booted at once (each boot is mostly waiting on one core)."""
-    engines = {"plain": real_vllm.VLLMServer(vllm_venv, vllm_model),
-               "ids_only": real_vllm.VLLMServer(vllm_venv, vllm_model, skip_tokenizer_init=True)}
+def vllm_engines(vllm_venv, vllm_model, tmp_path_factory) -> Iterator[Dict[str, real_vllm.VLLMServer]]:
+    """Both engines, booted at once (each boot is mostly waiting on one core).
+    Their logs go to pytest's temporary directories (the last few runs are kept)."""
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    engines = {"plain": real_vllm.VLLMServer(vllm_venv, vllm_model, log_path=str(logs / "plain.log")),
+               "ids_only": real_vllm.VLLMServer(vllm_venv, vllm_model, skip_tokenizer_init=True,
+                                                log_path=str(logs / "ids_only.log"))}
     try:
         for e in engines.values():
             e.start()
@@ -117,8 +120,8 @@ def vllm_engines(vllm_venv, vllm_model) -> Iterator[Dict[str, real_vllm.VLLMServ
 
 def report_engines(engines: Dict[str, real_vllm.VLLMServer]) -> None:
     for name, e in engines.items():
-        rss = sum(e.peak_rss_kib.values()) / 1024
-        print(f"\nreal vLLM {name}: boots {e.boot_history} s, peak RSS of its processes summed {rss:.0f} MiB "
+        rss = [round(r / 1024) for r in e.rss_history]
+        print(f"\nreal vLLM {name}: boots {e.boot_history} s, each boot's peak RSS (its processes summed) {rss} MiB "
               f"(log {e.log_path})", file=sys.stderr)
 
 
