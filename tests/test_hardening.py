@@ -368,7 +368,7 @@ def test_a_batch_stops_tokenizing_once_its_client_has_gone():
     from mtok.tokenizer import load_tokenizer
     from mtok.managers.models import ModelEntry
     from mtok.managers.prepare import ENCODE_SLICE, encode_batch
-    from mtok.managers.request_handle import ClientDisconnected
+    from mtok.api.connections import ClientDisconnected
 
     tok = load_tokenizer()
     calls = []

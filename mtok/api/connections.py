@@ -4,6 +4,10 @@ A handler blocked waiting for its request's results cannot see its socket, and
 one blocked reading a trickling request cannot see the clock.  These two
 watchers, one thread each per server, see for them: :class:`DisconnectWatcher`
 notices hang-ups, :class:`ReadDeadlines` cuts off requests that arrive too slowly.
+A request's :class:`ConnectionWatch` is how whoever waits for its results (the
+request handle of :mod:`mtok.managers.request_handle`) learns of a hang-up: it
+starts watching after :data:`WATCH_AFTER` and raises :class:`ClientDisconnected`.
+The transport declares both, and knows nothing of what is waited for.
 """
 
 from __future__ import annotations
@@ -15,6 +19,12 @@ import socket
 import threading
 import time
 from typing import Any, Callable, Dict, Optional
+
+WATCH_AFTER = 0.05  # seconds a request waits before its connection is watched for hang-ups
+
+
+class ClientDisconnected(Exception):
+    """The HTTP client went away while its request was in flight."""
 
 
 class DisconnectWatcher:

@@ -45,8 +45,8 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from ..managers.request_handle import WATCH_AFTER
 from . import inline
+from .connections import WATCH_AFTER
 from .loop_accept import PAUSED_POLL, Acceptor
 from .loop_conn import READING, WAITING, WRITING, Conn, LoopWatch, Waker
 from .offload import Offload, drop

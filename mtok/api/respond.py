@@ -17,7 +17,7 @@ import socket
 import time
 from typing import Any, Dict, Optional, Tuple
 
-from ..managers.request_handle import ClientDisconnected
+from .connections import ClientDisconnected
 from .routes import Response
 from ..validate import APIError
 

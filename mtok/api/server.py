@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
-from .connections import ConnectionWatch, DisconnectWatcher, ReadDeadlines
+from .connections import ClientDisconnected, ConnectionWatch, DisconnectWatcher, ReadDeadlines
 from .listen import LISTEN_BACKLOG
 from .framing import (
     CHUNKED,
@@ -42,7 +42,6 @@ from .respond import (JSON, JSON_TYPE, TEXT_TYPE, body_fields, encode_result, in
                       json_text_bytes, refuse, response_head)
 from ..wire.metrics import Metrics
 from .routes import OPEN_PATHS, EventStream, Pending, Request, Response, collect_routes, find_route, route  # noqa: F401
-from ..managers.request_handle import ClientDisconnected
 from ..validate import APIError
 
 logger = logging.getLogger(__name__)

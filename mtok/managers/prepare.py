@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional
 
+from ..api.connections import ClientDisconnected
 from ..api.limits import (check_batch_size, check_client_rids, check_logprob_entries, check_stop_regexes,
                           check_stops, check_top_logprobs, logprob_entry_limit)
 from ..validate import bad, show
@@ -19,7 +20,6 @@ from ..wire.args import ServerArgs
 from ..wire.io_struct import GenerateReqInput, SamplingParams, TokenizedEmbeddingReqInput, TokenizedGenerateReqInput
 from .models import ModelEntry
 from .scheduler_logprobs import side_top_n
-from .request_handle import ClientDisconnected
 
 ENCODE_SLICE = 256  # prompts tokenized between two looks at the client's connection
 

@@ -24,14 +24,9 @@ import queue
 import time
 from typing import Any, Dict, List, Optional, Set
 
+from ..api.connections import WATCH_AFTER, ClientDisconnected
 from ..validate import APIError
 from ..wire.finish import FinishAbort, FinishReason
-
-WATCH_AFTER = 0.05  # seconds a request waits before its connection is watched for hang-ups
-
-
-class ClientDisconnected(Exception):
-    """The HTTP client went away while its request was in flight."""
 
 
 _DISCONNECTED = object()  # put in a mailbox by the connection watcher
