@@ -55,7 +55,7 @@ from .wire.status import (
     StatusBoard,
     status_shm_name,
 )
-from .managers.worker import HttpFrontend, run_tokenizer_worker_process
+from .worker import HttpFrontend, run_tokenizer_worker_process
 
 logger = logging.getLogger("mtok.serve")
 

@@ -11,7 +11,7 @@ from mtok.wire.args import unlink_shm
 from mtok.wire.metrics import Metrics
 from mtok.wire.status import (DETOKENIZER_SLOT, FIRST_WORKER_SLOT, SCHEDULER_SLOT, ServerState, SilenceWatch,
                               SlotState, StatusBoard)
-from mtok.managers.worker import HttpFrontend
+from mtok.worker import HttpFrontend
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 

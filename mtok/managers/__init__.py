@@ -1,6 +1,6 @@
 """The process cores, named after SGLang's managers, and the runners that own their sockets.
 
-``tokenizer_manager`` (in each worker process, as ``worker``'s
+``tokenizer_manager`` (in each worker process, as :mod:`mtok.worker`'s
 ``TokenizerWorker``) turns a request into the scheduler's messages
 (``prepare``) and hands the route a ``request_handle`` to read results from
 and close; ``router`` joins N workers to one ``scheduler``, which runs the
@@ -10,6 +10,6 @@ engine step by step (``scheduler_async`` for engines that stream,
 decoder.  ``models`` loads each served model's tokenizer.
 
 The cores are plain objects -- messages in, messages out -- and bind nothing;
-``runners`` (and ``worker`` for the worker process) bind their inboxes and
-senders, run their loops and close them.
+``runners`` bind their inboxes and senders, run their loops and close them;
+the HTTP worker process's runner is :mod:`mtok.worker`, above the routes it serves.
 """

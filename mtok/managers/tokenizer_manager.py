@@ -12,7 +12,7 @@ test can drive one with no socket directory (give it an ``outbox``).
 runner's pair (gunicorn's ``Worker.__init__`` / ``init_process`` split): they
 open and close the inbox, the sender and the receiver thread.  The process
 that serves HTTP calls them: the main process with one worker (``serve``,
-``offline``), :func:`mtok.managers.worker.run_tokenizer_worker_process` with several.
+``offline``), :func:`mtok.worker.run_tokenizer_worker_process` with several.
 
 :class:`TokenizerWorker` is the multi-worker variant.  It overrides only where
 requests go and where results come back: its own IPC name, and a

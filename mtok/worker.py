@@ -1,6 +1,8 @@
 """The HTTP side of the pipeline, in whichever process holds it.
 
-:class:`HttpFrontend` puts a TokenizerManager behind an HTTP server.  In
+:class:`HttpFrontend` puts a TokenizerManager behind an HTTP server (this module
+sits above both, beside :mod:`mtok.serve`, since it wires the routes of
+:mod:`mtok.api` to the managers they call).  In
 single-worker mode the main process holds one; in multi-worker mode each
 worker process runs :func:`run_tokenizer_worker_process`, the runner of its
 :class:`TokenizerWorker`: it starts it (inbox, sender, receiver thread),
@@ -25,16 +27,16 @@ import threading
 import time
 from typing import Callable, Optional
 
-from ..api.native import Api
-from ..wire.args import ServerArgs, read_args
-from ..api import loop
-from ..api.server import HTTPServer
-from ..api.listen import make_listen_socket
-from ..wire.metrics import publish, read as read_metrics
-from ..procutil import ChildBoot, exit_now, on_signal
-from ..wire.status import FIRST_WORKER_SLOT, SCHEDULER_SLOT, ServerState, StatusBoard
-from .ahead import EncodeAhead
-from .tokenizer_manager import TokenizerManager, TokenizerWorker
+from .api.native import Api
+from .wire.args import ServerArgs, read_args
+from .api import loop
+from .api.server import HTTPServer
+from .api.listen import make_listen_socket
+from .wire.metrics import publish, read as read_metrics
+from .procutil import ChildBoot, exit_now, on_signal
+from .wire.status import FIRST_WORKER_SLOT, SCHEDULER_SLOT, ServerState, StatusBoard
+from .managers.ahead import EncodeAhead
+from .managers.tokenizer_manager import TokenizerManager, TokenizerWorker
 
 logger = logging.getLogger(__name__)
 
