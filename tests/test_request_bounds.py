@@ -147,7 +147,7 @@ def test_the_default_bound_admits_64_tokens_at_the_operators_top_k():
     """vLLM's own test_chat_echo starts its server with --max-logprobs 151936 (the whole
     vocabulary) and asks for prompt_logprobs -1: a server that raised the top-k opted into
     such requests, so the default per-request bound grows with it; a given bound stays."""
-    from mtok.api.limits import DEFAULT_LOGPROB_ENTRIES, logprob_entry_limit
+    from mtok.managers.limits import DEFAULT_LOGPROB_ENTRIES, logprob_entry_limit
 
     assert logprob_entry_limit(None, 20) == DEFAULT_LOGPROB_ENTRIES == 1_000_000
     assert logprob_entry_limit(None, 151936) == 64 * 151937

@@ -15,7 +15,7 @@ from multiprocessing.connection import Connection
 import pytest
 
 from support import wait_for
-from mtok.api import limits
+from mtok.managers import limits
 from mtok.wire import frames, ipc
 from mtok.wire.io_struct import AbortReq
 

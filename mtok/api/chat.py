@@ -24,7 +24,7 @@ from .server import Pending, Request, route
 from . import fields
 from ..managers.prepare import fit_budget_to_logprobs
 from ..wire.io_struct import GenerateReqInput, LogprobParams
-from .limits import logprob_entry_limit
+from ..managers.limits import logprob_entry_limit
 from .logprobs import chat_content
 from .openai import StreamUsage, openai_finish, parse_openai_sampling, token_usage
 from .parse import parse_rid

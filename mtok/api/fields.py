@@ -146,7 +146,7 @@ TABLE: Tuple[Field, ...] = (
     # -- logprobs --------------------------------------------------------------------------
     Field("return_logprob", _where(GEN), USED, v.as_bool, False, capability="logprobs"),
     Field("logprob_start_len", _where(GEN), USED, lambda x, n: v.as_int(x, n, -1), -1),
-    # how many top logprobs: bounded by --max-logprobs (20, as vLLM and OpenAI), checked in mtok.api.limits
+    # how many top logprobs: bounded by --max-logprobs (20, as vLLM and OpenAI), checked in mtok.managers.limits
     Field("top_logprobs_num", _where(GEN), USED, _int0, 0, capability="top_logprobs"),
     Field("token_ids_logprob", _where(GEN), USED, v.token_list, None, capability="token_ids_logprob"),
     Field("return_text_in_logprobs", _where(GEN), USED, v.as_bool, False),

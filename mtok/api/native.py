@@ -26,7 +26,7 @@ from ..wire.metrics import merge as merge_metrics
 from ..wire.metrics import read as read_metrics
 from ..wire.metrics import render as render_metrics
 from .openai import OpenAIRoutes, embedding_inputs, refuse_embedding_adapter
-from .limits import check_batch_size
+from ..managers.limits import check_batch_size
 from .parser_routes import ParserRoutes
 from .responses import ResponsesRoutes
 from .scoring import ScoringRoutes

@@ -36,7 +36,7 @@ import math
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import fields
-from .limits import check_batch_size
+from ..managers.limits import check_batch_size
 from .routes import Pending, Request, route
 from ..validate import APIError, require_object
 from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams

@@ -2,7 +2,7 @@
 
 ``tokenizer_manager`` (in each worker process, as :mod:`mtok.worker`'s
 ``TokenizerWorker``) turns a request into the scheduler's messages
-(``prepare``) and hands the route a ``request_handle`` to read results from
+(``prepare``, within the per-request ``limits``) and hands the route a ``request_handle`` to read results from
 and close; ``router`` joins N workers to one ``scheduler``, which runs the
 engine step by step (``scheduler_async`` for engines that stream,
 ``scheduler_logprobs`` for logprobs, ``scheduler_rpc`` for control calls); the

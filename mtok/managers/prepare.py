@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any, Callable, Dict, List, Optional
 
 from ..api.connections import ClientDisconnected
-from ..api.limits import (check_batch_size, check_client_rids, check_logprob_entries, check_stop_regexes,
+from .limits import (check_batch_size, check_client_rids, check_logprob_entries, check_stop_regexes,
                           check_stops, check_top_logprobs, logprob_entry_limit)
 from ..validate import bad, show
 from ..wire.args import ServerArgs

@@ -75,7 +75,7 @@ class Req:
         self.stop_offset: Optional[int] = None
         self.tail = ""  # the last committed characters, as many as the longest stop string
         self.max_stop_len = max(map(len, sp.stop), default=0)
-        # checked by the TokenizerManager (mtok.api.limits), so compiling cannot fail here
+        # checked by the TokenizerManager (mtok.managers.limits), so compiling cannot fail here
         self.regexes = StopRegexes(sp.stop_regex) if sp.stop_regex else None
         self.logprobs = msg.logprobs
         self.lora_path = msg.lora_path

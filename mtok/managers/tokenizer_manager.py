@@ -41,7 +41,7 @@ from ..wire.io_struct import (
     TokenizedGenerateReqInput,
 )
 from ..wire.ipc import SharedSender, Receiver, Sender, SenderWrapper
-from ..api.limits import new_rid
+from .limits import new_rid
 from ..wire.metrics import Metrics
 from .models import ModelEntry, load_tokenizers
 from .prepare import embedding_reqs, generate_prompts, generate_reqs
@@ -173,7 +173,7 @@ class TokenizerManager:
                 model.context_length = min(model.configured_length, n)
 
     def new_rid(self) -> str:
-        """Unguessable, and never one a client may choose (see :mod:`mtok.api.limits`)."""
+        """Unguessable, and never one a client may choose (see :mod:`mtok.managers.limits`)."""
         return new_rid()
 
     @property

@@ -97,7 +97,7 @@ class GenerateReqInput:
     is_batch: bool = False
     logprobs: Optional[LogprobParams] = None
     lora_path: Optional[str] = None
-    rid_is_ours: bool = False  # made by the server (mtok.api.limits reserves their prefix)
+    rid_is_ours: bool = False  # made by the server (mtok.managers.limits reserves their prefix)
 
     @property
     def batch_size(self) -> int:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from typing import Any, List, Optional, Sequence
 
-from ..managers.stop_regex import PatternError, compile_patterns
+from .stop_regex import PatternError, compile_patterns
 from ..validate import bad
 
 RID_PREFIX = "mtok-"
