@@ -53,8 +53,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from .upstream import Flight, UpstreamEngine, error_event_abort, upstream_abort
-from ..managers.scheduler_logprobs import side_top_n
 from ..wire.finish import FinishLength, FinishStop
+from ..wire.io_struct import side_top_n
 
 # mtok name -> vLLM SamplingParams name, sent when not at mtok's default
 RENAMED = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "temperature": "temperature",

@@ -17,9 +17,9 @@ from .limits import (check_batch_size, check_client_rids, check_logprob_entries,
                           check_stops, check_top_logprobs, logprob_entry_limit)
 from ..validate import bad, show
 from ..wire.args import ServerArgs
-from ..wire.io_struct import GenerateReqInput, SamplingParams, TokenizedEmbeddingReqInput, TokenizedGenerateReqInput
+from ..wire.io_struct import (GenerateReqInput, SamplingParams, TokenizedEmbeddingReqInput, TokenizedGenerateReqInput,
+                              side_top_n)
 from .models import ModelEntry
-from .scheduler_logprobs import side_top_n
 
 ENCODE_SLICE = 256  # prompts tokenized between two looks at the client's connection
 

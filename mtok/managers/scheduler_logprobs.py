@@ -14,6 +14,7 @@ import logging
 from typing import Any, List, Optional, Tuple
 
 from ..wire.finish import FinishAbort
+from ..wire.io_struct import side_top_n
 
 logger = logging.getLogger(__name__)
 
@@ -21,11 +22,6 @@ logger = logging.getLogger(__name__)
 def engine_error(e: Exception) -> FinishAbort:
     """The finish of a request whose engine call raised: a 500 naming the exception."""
     return FinishAbort(f"engine error: {type(e).__name__}: {e}", 500)
-
-
-def side_top_n(lp: Any, prompt: bool) -> int:
-    """The top logprobs asked per prompt token (``prompt``) or per new one."""
-    return lp.prompt_top_n if prompt and lp.prompt_top_n is not None else lp.top_n
 
 
 class LogprobSteps:

@@ -67,6 +67,11 @@ class LogprobParams:
     prompt_top_n: Optional[int] = None  # the prompt's top_n where it differs (vLLM's chat prompt_logprobs)
 
 
+def side_top_n(lp: LogprobParams, prompt: bool) -> int:
+    """The top logprobs asked per prompt token (``prompt``) or per new one."""
+    return lp.prompt_top_n if prompt and lp.prompt_top_n is not None else lp.top_n
+
+
 @dataclass
 class BaseReq:
     rid: str = ""
