@@ -23,13 +23,10 @@ Errors become abort finishes with the upstream's own message: a refusal (4xx)
 stays a 400, an upstream failure (5xx, a stream that breaks, or 401/403/404:
 an upstream set up wrong, say vLLM without ``--enable-scale-out``) is a 502, an
 unreachable or overloaded upstream is a 503, and a timeout a 504.  A probe
-thread asks the upstream's ``/health`` every second; while it fails,
-:meth:`UpstreamEngine.health` says why and mtok's own ``/health`` is 503.
-Once healthy (at start, and again after each outage: it may come back with
-another ``--max-model-len``), it reads the upstream's context limit from its
-``/v1/models`` card (``max_model_len``: vLLM's and SGLang's cards both carry
-it; SGLang's ``/get_model_info`` does not): mtok's limit is the smaller of that
-and the tokenizer's, so a prompt the upstream would refuse gets mtok's own 400.
+thread (:mod:`mtok.engines.upstream_probe`) asks the upstream's ``/health``
+every second; while it fails, :meth:`UpstreamEngine.health` says why and
+mtok's own ``/health`` is 503.  It also learns the upstream's context limit
+(:meth:`UpstreamEngine.context_length`).
 
 What an upstream sends is untrusted and every read of it is bounded
 (:mod:`mtok.engines.upstream_limits`): crossing a bound, a redirect, an
@@ -68,13 +65,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import Engine, EngineContext, EngineOutput
 from .upstream_limits import SHAPE_ERRORS, Budget, Limits, Malformed, checked, error_message, read_capped, sse_events
+from .upstream_probe import CONTROL_TIMEOUT, Probe, call
 from ..wire.finish import FinishAbort, FinishReason
 
 logger = logging.getLogger(__name__)
 
-PROBE_INTERVAL = 1.0
-PROBE_TIMEOUT = 5.0  # the most a /health probe may take
-CONTROL_TIMEOUT = 30.0  # the most a control call (/flush_cache) may take
 STEP_WAIT = 0.005  # how long a step waits for news before returning empty-handed
 DRAIN_BYTES = 64 * 1024  # what may follow [DONE] on a connection that is kept for reuse
 
@@ -180,12 +175,9 @@ class UpstreamEngine(Engine):
         self.cond = threading.Condition()
         self.flights: Dict[str, Flight] = {}
         self.todo: "queue.SimpleQueue[Flight]" = queue.SimpleQueue()
-        self.problem: Optional[str] = None
-        self.probed = time.monotonic()  # when the last probe ended
-        self.max_model_len: Optional[int] = None  # the upstream's context limit, once read
         for i in range(size):
             threading.Thread(target=self._sender, name=f"upstream-{i}", daemon=True).start()
-        threading.Thread(target=self._probe, name="upstream-probe", daemon=True).start()
+        self.probe = Probe(self.pool, self.limits.max_line_bytes, base, self.health_path).start()
 
     # -- the protocol ----------------------------------------------------------------
     def add_request(self, req: Any) -> None:
@@ -233,14 +225,6 @@ class UpstreamEngine(Engine):
             except OSError:
                 pass
 
-    def health(self) -> Optional[str]:
-        """The last probe's finding, or that the probe under way is stuck (a
-        drip in the head of its answer, which only a per-read timeout bounds)."""
-        quiet = time.monotonic() - self.probed
-        if quiet > PROBE_TIMEOUT + 2 * PROBE_INTERVAL:
-            return f"{self.url}{self.health_path} has given no whole answer for {quiet:.0f} s"
-        return self.problem
-
     # -- for subclasses --------------------------------------------------------------
     def request_body(self, req: Any) -> Dict[str, Any]:
         raise NotImplementedError
@@ -285,8 +269,8 @@ class UpstreamEngine(Engine):
         except socket.timeout:  # the socket's own timeout (``timeout``), should step not have cut it first
             self._fail(flight, *flight.budget.overdue(float("inf"), self.url))
         except (ConnectionRefusedError, socket.gaierror) as e:
-            self.problem = f"cannot reach {self.url}: {e}"
-            self._fail(flight, 503, self.problem)
+            self.probe.problem = f"cannot reach {self.url}: {e}"
+            self._fail(flight, 503, self.probe.problem)
         except (OSError, http.client.HTTPException) as e:
             self._fail(flight, 502, f"the connection to {self.url} broke: {type(e).__name__}: {e}")
         finally:
@@ -406,60 +390,13 @@ class UpstreamEngine(Engine):
             flight.finish = finish
             self.cond.notify_all()
 
-    # -- health ----------------------------------------------------------------------
-    def _probe(self) -> None:
-        learned = False  # since the upstream last became healthy
-        while True:
-            self.problem = self.check_upstream()
-            if self.problem is None and not learned:
-                self.max_model_len = self.read_context_length() or self.max_model_len
-                learned = True
-            elif self.problem is not None:
-                learned = False
-            self.probed = time.monotonic()
-            time.sleep(PROBE_INTERVAL)
+    # -- health and control calls (mtok.engines.upstream_probe) -------------------------
+    def health(self) -> Optional[str]:
+        return self.probe.health()
 
     def context_length(self) -> Optional[int]:
-        return self.max_model_len
-
-    def read_context_length(self) -> Optional[int]:
-        """The first ``max_model_len`` of the upstream's ``/v1/models`` cards; None if it gives none."""
-        try:
-            status, raw = self._call("GET", "/v1/models", None, PROBE_TIMEOUT)
-            cards = json.loads(raw).get("data") if status == 200 else None
-        except (OSError, http.client.HTTPException, Malformed, ValueError, RecursionError, AttributeError):
-            return None
-        for card in cards if isinstance(cards, list) else ():
-            n = card.get("max_model_len") if isinstance(card, dict) else None
-            if type(n) is int and n > 0:
-                if n != self.max_model_len:
-                    logger.info("upstream %s: max_model_len %d", self.url, n)
-                return n
-        return None
-
-    def check_upstream(self) -> Optional[str]:
-        try:
-            status, raw = self._call("GET", self.health_path, None, PROBE_TIMEOUT)
-        except Malformed as e:
-            return f"{self.url}{self.health_path} sent {e}"
-        except (OSError, http.client.HTTPException) as e:
-            return f"cannot reach {self.url}: {type(e).__name__}: {e}"
-        return None if status == 200 else f"{self.url} says {status} {error_message(raw)}"
+        return self.probe.max_model_len
 
     def post_json(self, path: str, body: Dict[str, Any]) -> Tuple[int, Any]:
         """A short control call (``/flush_cache``) outside the pool."""
-        return self._call("POST", path, json.dumps(body), CONTROL_TIMEOUT)
-
-    def _call(self, method: str, path: str, body: Optional[str], within: float) -> Tuple[int, bytes]:
-        """One call on a connection of its own: (status, body), the body capped
-        and the whole call done ``within`` s (else socket.timeout)."""
-        within = min(within, self.pool.timeout)
-        deadline = time.monotonic() + within
-        conn = self.pool.new(timeout=within)
-        try:
-            conn.request(method, self.pool.prefix + path, body=body, headers={"Content-Type": "application/json"})
-            sock = conn.sock  # getresponse lets go of it when the answer says Connection: close
-            resp = conn.getresponse()
-            return resp.status, read_capped(resp, self.limits.max_line_bytes, deadline, sock)
-        finally:
-            conn.close()
+        return call(self.pool, self.limits.max_line_bytes, "POST", path, json.dumps(body), CONTROL_TIMEOUT)
