@@ -12,9 +12,9 @@ from chat_models import TEMPLATE_NAMES, model_dir, shared_template
 from mtok.chat import TemplateError, available_backends
 from mtok.api.chat import prompt_ids
 from mtok.api.chat_prompt import ChatInput, parse_chat_input, render_prompt, template_messages
-from mtok.api.chat_templates import ChatTemplateFileError, content_format, load_model_chat, special_tokens, template_flags
+from mtok.chat_templates import ChatTemplateFileError, content_format, load_model_chat, special_tokens, template_flags
 from mtok.tokenizer import TokenizerFiles, load_tokenizer
-from mtok.managers.models import ModelEntry
+from mtok.models import ModelEntry
 from mtok.validate import APIError
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
@@ -289,7 +289,7 @@ def test_special_tokens_are_not_added_twice(tmp_path):
 def test_the_render_budget_flags_reach_every_template(tmp_path):
     """--chat-template-max-cpu-seconds and --chat-template-max-memory-mib become the Limits every template of
     every model renders under (issue 23, finding 2)."""
-    from mtok.api.chat_templates import load_chats, render_limits
+    from mtok.chat_templates import load_chats, render_limits
     from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
     from mtok.wire.args import ServerArgs
 

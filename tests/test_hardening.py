@@ -366,7 +366,7 @@ def test_a_batch_stops_tokenizing_once_its_client_has_gone():
     (ConnectionWatch.gone, over a real socket pair) and gives up."""
     from mtok.api.connections import ConnectionWatch, DisconnectWatcher
     from mtok.tokenizer import load_tokenizer
-    from mtok.managers.models import ModelEntry
+    from mtok.models import ModelEntry
     from mtok.managers.prepare import ENCODE_SLICE, encode_batch
     from mtok.api.connections import ClientDisconnected
 

@@ -3,7 +3,7 @@
 ``server`` (one ``http.server`` per worker process, strict ``framing``, kept-alive
 ``connections`` and the shared ``listen`` socket) hands each request to a route in
 ``routes``: SGLang's native ones in ``native``, OpenAI's in ``openai`` and ``chat``
-(rendered by ``chat_prompt`` / ``chat_templates``, parsed back by
+(rendered by ``chat_prompt`` with :mod:`mtok.chat_templates`, parsed back by
 ``chat_parsing``), OpenAI's Responses API over chat in ``responses``, SGLang's
 ``/v1/score`` and ``/v1/rerank`` in ``scoring``, the parser routes in ``parser_routes``.  Bodies are read
 against one table of request fields (``fields``, ``parse``, ``limits``, and

@@ -31,7 +31,7 @@ from .parse import parse_rid
 from ..validate import bad, require_object
 
 if TYPE_CHECKING:
-    from ..managers.models import ModelEntry
+    from ..models import ModelEntry
     from ..managers.request_handle import ReqState
 
 TOOL_CHOICES = ("none", "auto", "required")
@@ -216,23 +216,11 @@ class ChatRoutes:
         ``return_token_ids`` the role chunks carry ``prompt_token_ids`` and each
         choice's chunks its new ``token_ids`` (a chunk goes out for ids whose text
         is held back, as vLLM sends one)."""
-        so_far: Dict[int, Dict[str, Any]] = {}  # per choice, as of its last state
-        prompt_tokens = len(prompt)
-
-        def chunk(index: int, delta: Dict[str, Any], finish: Optional[str] = None, matched: Any = None,
-                  logprobs: Any = None, counted: bool = True, ids: Optional[List[int]] = None) -> Dict[str, Any]:
-            choice = {"index": index, "delta": dict(delta, reasoning_content=delta.get("reasoning_content")),
-                      "logprobs": logprobs, "finish_reason": finish, "stop_reason": matched}
-            if token_ids:
-                choice["token_ids"] = ids
-            return usage.mark(dict(head, choices=[choice]), so_far.get(index) if counted else None)
-
+        chunk = ChatChunks(head, usage, token_ids)
         for i in range(len(parsers)):
-            role = chunk(i, {"role": "assistant", "content": ""}, counted=False)
-            yield dict(role, prompt_token_ids=list(prompt)) if token_ids else role
+            yield chunk.role(i, prompt)
         sent: Dict[int, int] = {}
         lp_sent: Dict[int, int] = {}
-        ids_sent: Dict[int, int] = {}
         final: Dict[int, "ReqState"] = {}
         for st in states:
             i = st.index
@@ -247,7 +235,7 @@ class ChatRoutes:
             finish, matched = openai_finish(st)
             text = st.text
             if usage.continuous:
-                so_far[i] = token_usage(prompt_tokens, st.completion_tokens, counts[i].count(text, st.output_ids))
+                chunk.so_far[i] = token_usage(len(prompt), st.completion_tokens, counts[i].count(text, st.output_ids))
             deltas = parsers[i].feed(text[sent.get(i, 0):])
             sent[i] = len(text)
             logprobs = None
@@ -255,25 +243,55 @@ class ChatRoutes:
                 content = chat_content(st.logprobs, lp_sent.get(i, 0))
                 lp_sent[i] = lp_sent.get(i, 0) + len(content)
                 logprobs = {"content": content} if content else None
-            new_ids: Optional[List[int]] = None
-            if token_ids:
-                new_ids = st.output_ids[ids_sent.get(i, 0):]  # after the finish was read: complete then
-                ids_sent[i] = ids_sent.get(i, 0) + len(new_ids)
-                if new_ids and not deltas and finish is None:
-                    deltas = [{}]  # the ids go out now, their text later
+            new_ids = chunk.new_ids(st)  # after the finish was read: complete then
+            if new_ids and not deltas and finish is None:
+                deltas = [{}]  # the ids go out now, their text later
             for n, delta in enumerate(deltas):
-                yield chunk(i, delta, logprobs=logprobs if n == 0 else None, ids=new_ids if n == 0 else [])
+                yield chunk(i, delta, logprobs=logprobs if n == 0 else None, ids=new_ids if n == 0 else None)
             if finish is not None:
                 for delta in parsers[i].flush():
-                    yield chunk(i, delta, ids=[])
+                    yield chunk(i, delta)
                 yield chunk(i, {}, parsers[i].finish_reason(finish), matched,
                             logprobs if not deltas and logprobs else None, counted=False,
-                            ids=new_ids if not deltas else [])
+                            ids=None if deltas else new_ids)
                 final[i] = st
         if usage.final and len(final) == len(parsers):
             reasoning = sum(counts[i].count(st.text, st.output_ids) for i, st in final.items())
             yield dict(head, choices=[], usage=self.usage(list(final.values()), len(parsers), reasoning))
         yield "[DONE]"
+
+
+class ChatChunks:
+    """One chat stream's chunks: the head, a choice's delta with ``reasoning_content``
+    (null when it carries none, as SGLang sends it), its usage so far (``so_far``,
+    with continuous usage) and, with vLLM's ``return_token_ids``, its new ids."""
+
+    def __init__(self, head: Dict[str, Any], usage: StreamUsage, token_ids: bool):
+        self.head, self.usage, self.token_ids = head, usage, token_ids
+        self.so_far: Dict[int, Dict[str, Any]] = {}  # per choice, as of its last state
+        self.ids_sent: Dict[int, int] = {}
+
+    def __call__(self, index: int, delta: Dict[str, Any], finish: Optional[str] = None, matched: Any = None,
+                 logprobs: Any = None, counted: bool = True, ids: Optional[List[int]] = None) -> Dict[str, Any]:
+        choice = {"index": index, "delta": dict(delta, reasoning_content=delta.get("reasoning_content")),
+                  "logprobs": logprobs, "finish_reason": finish, "stop_reason": matched}
+        if self.token_ids:
+            choice["token_ids"] = ids or []
+        return self.usage.mark(dict(self.head, choices=[choice]), self.so_far.get(index) if counted else None)
+
+    def role(self, index: int, prompt: List[int]) -> Dict[str, Any]:
+        """A choice's first chunk; with ``return_token_ids`` it carries the prompt's ids."""
+        out = self(index, {"role": "assistant", "content": ""}, counted=False)
+        return dict(out, prompt_token_ids=list(prompt)) if self.token_ids else out
+
+    def new_ids(self, st: "ReqState") -> List[int]:
+        """The ids of ``st`` not yet sent (none without ``return_token_ids``)."""
+        if not self.token_ids:
+            return []
+        start = self.ids_sent.get(st.index, 0)
+        new = st.output_ids[start:]
+        self.ids_sent[st.index] = start + len(new)
+        return new
 
 
 def chat_logprobs(got: Dict[str, Any], vocab: int) -> Optional[LogprobParams]:

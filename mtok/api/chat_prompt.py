@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from ..chat import TemplateError
-from .chat_templates import Compiled, ModelChat
+from ..chat_templates import Compiled, ModelChat
 from . import fields
 from ..validate import _json_type, as_str, bad
 

@@ -18,7 +18,7 @@ from . import fields
 from .chat import ChatRoutes, ReasoningTokens
 from .chat_parsing import configured
 from ..parsers import make_reasoning_parser
-from .chat_templates import DEFAULT_NAME
+from ..chat_templates import DEFAULT_NAME
 from .server import EventStream, Pending, Request, Response, route
 from ..wire.io_struct import GenerateReqInput, SamplingParams
 from .logprobs import OUTPUT_KEYS, sglang_meta

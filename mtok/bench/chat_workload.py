@@ -71,7 +71,7 @@ def conversation(rnd: random.Random) -> Tuple[List[Dict[str, Any]], Dict[str, st
 
 def load_template(path: str) -> Tuple[str, Dict[str, str]]:
     """The template (the tool-use one where a file names several) and the special tokens a JSON file holds."""
-    from mtok.api.chat_templates import read_template_file, special_tokens
+    from mtok.chat_templates import read_template_file, special_tokens
 
     templates = read_template_file(path)
     source = templates.get("tool_use") or templates.get("default") or next(iter(templates.values()))

@@ -7,7 +7,8 @@ and close; ``router`` joins N workers to one ``scheduler``, which runs the
 engine step by step (``scheduler_async`` for engines that stream,
 ``scheduler_logprobs`` for logprobs, ``scheduler_rpc`` for control calls); the
 ``detokenizer`` turns token ids into text with ``decoding``'s incremental
-decoder.  ``models`` loads each served model's tokenizer.
+decoder.  Each served model's tokenizer and template come from the registry
+below, :mod:`mtok.models`.
 
 The cores are plain objects -- messages in, messages out -- and bind nothing;
 ``runners`` bind their inboxes and senders, run their loops and close them;

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from ..validate import APIError
-from .models import ModelEntry
+from ..models import ModelEntry
 
 logger = logging.getLogger(__name__)
 

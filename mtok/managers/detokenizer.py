@@ -18,7 +18,7 @@ from ..wire.args import ServerArgs
 from .decoding import DecodeState, IncrementalDecoder, stop_holdback
 from ..wire.finish import FinishReason, FinishStop
 from ..wire.io_struct import AbortReq, BatchStrOutput, BatchTokenIDOutput
-from .models import load_tokenizers
+from ..models import load_tokenizers
 
 logger = logging.getLogger(__name__)
 

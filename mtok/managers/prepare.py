@@ -19,7 +19,7 @@ from ..validate import bad, show
 from ..wire.args import ServerArgs
 from ..wire.io_struct import (GenerateReqInput, SamplingParams, TokenizedEmbeddingReqInput, TokenizedGenerateReqInput,
                               side_top_n)
-from .models import ModelEntry
+from ..models import ModelEntry
 
 ENCODE_SLICE = 256  # prompts tokenized between two looks at the client's connection
 

@@ -39,7 +39,7 @@ from ..wire.io_struct import (
     TokenizedGenerateReqInput,
 )
 from .scheduler_async import AsyncEngineSupport, has_health
-from .models import load_tokenizers
+from ..models import load_tokenizers
 from .scheduler_logprobs import LogprobSteps, engine_error
 from .scheduler_rpc import SchedulerRpc
 

@@ -28,7 +28,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..wire.args import PortArgs, ServerArgs
-from ..api.chat_templates import load_chats
+from ..chat_templates import load_chats
 from ..wire.finish import FinishAbort
 from ..wire.io_struct import (
     AbortReq,
@@ -43,7 +43,7 @@ from ..wire.io_struct import (
 from ..wire.ipc import SharedSender, Receiver, Sender, SenderWrapper
 from .limits import new_rid
 from ..wire.metrics import Metrics
-from .models import ModelEntry, load_tokenizers
+from ..models import ModelEntry, load_tokenizers
 from .prepare import embedding_reqs, generate_prompts, generate_reqs
 from .request_handle import ReqState, RequestHandle
 from ..tokenizer import Tokenizer

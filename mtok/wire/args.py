@@ -33,7 +33,7 @@ from .filemem import FileSegment, is_file_segment
 from .ipc import ipc_name
 
 if TYPE_CHECKING:
-    from ..managers.models import ModelSpec
+    from ..models import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class ServerArgsMethods:
         return "mtok-default"
 
     def model_specs(self) -> "List[ModelSpec]":
-        from ..managers.models import ModelSpec
+        from ..models import ModelSpec
 
         if not self.models:
             return [ModelSpec(self.model_name, self.tokenizer_path, self.engine)]
@@ -113,7 +113,7 @@ class ServerArgsMethods:
     def _check_chat_templates(self) -> List[str]:
         """Template files that do not exist, and a backend that is not there, are refused before boot."""
         from ..chat import TemplateError, resolve_backend
-        from ..api.chat_templates import ChatTemplateFileError, template_flags
+        from ..chat_templates import ChatTemplateFileError, template_flags
 
         problems = []
         try:

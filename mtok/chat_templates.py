@@ -29,9 +29,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ..chat import ChatTemplate, Limits, TemplateError
-from ..tokenizer import _token_content  # a token as a string, or the content of an AddedToken object
-from ..validate import bad
+from .chat import ChatTemplate, Limits, TemplateError
+from .tokenizer import _token_content  # a token as a string, or the content of an AddedToken object
+from .validate import bad
 
 logger = logging.getLogger(__name__)
 

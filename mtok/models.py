@@ -5,6 +5,11 @@ the engine that serves it; without ``--model`` there is one model, made of
 ``--tokenizer-path``, ``--served-model-name`` and ``--engine``.  The first model
 is the default for requests that name none.  Every process loads each distinct
 tokenizer once.
+
+The registry (this module and :mod:`mtok.chat_templates`, each model's
+template) sits low in the package, on the tokenizer and chat libraries: the
+settings check (:mod:`mtok.wire.args`) names the models, and every layer above
+serves them.
 """
 
 from __future__ import annotations
@@ -13,9 +18,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from ..api.chat_templates import ModelChat
-from ..validate import bad, show
-from ..tokenizer import Tokenizer, load_tokenizer
+from .chat_templates import ModelChat
+from .validate import bad, show
+from .tokenizer import Tokenizer, load_tokenizer
 
 
 @dataclass(frozen=True)
