@@ -4,7 +4,7 @@ Everything here raises :class:`APIError`, which the HTTP layer turns into a
 4xx with a JSON body ``{"error": {"message", "type", "code", "param"}}``.
 Booleans are not integers here, NaN is not a number, a huge integer is not a
 finite number, and a string holding a lone surrogate is not text.  Which
-fields exist, and what mtok does with each, is :mod:`mtok.api.fields`' business.
+fields exist, and what mtok does with each, is :mod:`mtok.fields`' business.
 This module sits at the bottom of the package, beside the settings table: the
 HTTP transport, the managers and the routes all refuse with an ``APIError``.
 """

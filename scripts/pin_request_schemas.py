@@ -1,6 +1,6 @@
 """Record the request fields of the pinned SGLang, vLLM and OpenAI schemas.
 
-mtok's field table (``mtok/api/fields.py``) must know every request field these
+mtok's field table (``mtok/fields.py``) must know every request field these
 schemas define, and accept each field it refuses at the schema's default.
 CI has neither sglang nor vllm installed, so this script reads their sources
 (unpacked wheels, or installed packages) with ``ast`` -- nothing is imported --

@@ -218,7 +218,7 @@ def test_errors_are_400s_that_name_the_fix(client, srv):
                         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": CONTEXT}, "max_new_tokens"),
                         ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "maybe"}, "tool_choice"),
                         ({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
-                         "response_format"),  # the echo engine has no constrained decoding (mtok.api.fields)
+                         "response_format"),  # the echo engine has no constrained decoding (mtok.fields)
                         ({"messages": [{"role": "user", "content": "x"}], "image_data": "x.png"}, "image_data")):
         status, resp = srv.post("/v1/chat/completions", dict(body, model="echo"))
         assert status == 400 and resp["error"]["param"] == param, (body, resp)

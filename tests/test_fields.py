@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mtok.api import fields
+from mtok import fields
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PINNED = os.path.join(ROOT, "tests", "data", "pinned_request_fields.json")
@@ -224,7 +224,7 @@ def test_unknown_fields_are_ignored_and_strict_fields_refuses_them(srv, server_f
 @pytest.mark.fast
 def test_docs_fields_md_is_generated_from_the_table():
     with open(os.path.join(ROOT, "docs", "fields.md")) as f:
-        assert f.read() == fields.markdown(), "run: python -m mtok.api.fields > docs/fields.md"
+        assert f.read() == fields.markdown(), "run: python -m mtok.fields > docs/fields.md"
 
 
 # -- the table is the one declaration of sampling defaults and bounds ------------------------------

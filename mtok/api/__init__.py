@@ -6,6 +6,7 @@
 (rendered by ``chat_prompt`` with :mod:`mtok.chat_templates`, parsed back by
 ``chat_parsing``), OpenAI's Responses API over chat in ``responses``, SGLang's
 ``/v1/score`` and ``/v1/rerank`` in ``scoring``, the parser routes in ``parser_routes``.  Bodies are read
-against one table of request fields (``fields``, ``parse``, ``limits``, and
-:mod:`mtok.validate`'s checks); every refusal is an :class:`~mtok.validate.APIError`.
+(``parse``) through the one table of request fields, :mod:`mtok.fields`, and
+checked by :mod:`mtok.validate` and :mod:`mtok.managers.limits`; every refusal
+is an :class:`~mtok.validate.APIError`.
 """

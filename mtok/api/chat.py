@@ -21,7 +21,7 @@ from .chat_prompt import ChatInput, parse_chat_input, render_prompt
 from .chat_tools import check_tool_request
 from .constraints import constrain_tool_choice
 from .server import Pending, Request, route
-from . import fields
+from .. import fields
 from ..managers.prepare import fit_budget_to_logprobs
 from ..wire.io_struct import GenerateReqInput, LogprobParams
 from ..managers.limits import logprob_entry_limit
@@ -139,7 +139,7 @@ class ChatRoutes:
     @route("POST", "/v1/chat/completions", inline=True, offload=True)
     def chat_completions(self, req: Request) -> Any:
         body = require_object(req.json())
-        got = fields.read(body, fields.CHAT, self.args.strict_fields)  # mtok.api.fields: what each field does
+        got = fields.read(body, fields.CHAT, self.args.strict_fields)  # mtok.fields: what each field does
         obj, model, parsers, usage = self.chat_request(body, got)
         lead = echo_lead(body, got)
         rid = self.tm.assign_rids(obj)  # the id holds the rid: /abort_request takes it

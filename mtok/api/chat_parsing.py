@@ -28,7 +28,7 @@ from .chat import OutputParser
 from .constraints import forced_parser
 from .parser_routes import check_tools
 from ..parsers import make_reasoning_parser, make_tool_parser
-from . import fields
+from .. import fields
 
 PARSER_FIELDS = {"separate_reasoning", "stream_reasoning"}
 

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional
 
 from ..chat import TemplateError
 from ..chat_templates import Compiled, ModelChat
-from . import fields
+from .. import fields
 from ..validate import _json_type, as_str, bad
 
 ROLES = ("system", "developer", "user", "assistant", "tool")

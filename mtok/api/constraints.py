@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
-from . import fields
+from .. import fields
 from ..validate import bad
 from ..engines import CONSTRAINTS
 from ..parsers.forced import ForcedCalls, tool_call_schema

@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from urllib.parse import parse_qs
 
 from .. import __version__
-from . import fields
+from .. import fields
 from .chat import ChatRoutes, ReasoningTokens
 from .chat_parsing import configured
 from ..parsers import make_reasoning_parser

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
-from . import fields
+from .. import fields
 from .server import Pending, Request, Response, route
 from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
 from .logprobs import CompletionLogprobs, merge

@@ -1,6 +1,6 @@
 """Request bodies into :class:`~mtok.wire.io_struct.GenerateReqInput`, through the field table.
 
-:func:`mtok.api.fields.read` decides which fields count and checks each one's type;
+:func:`mtok.fields.read` decides which fields count and checks each one's type;
 this module turns what it returns into the request objects, and checks what
 spans fields (``min_new_tokens`` against ``max_new_tokens``, one of ``text``
 and ``input_ids``, one ``rid`` per prompt).  The OpenAI routes build their
@@ -14,7 +14,7 @@ import functools
 import json
 from typing import Any, Dict, List, Optional
 
-from . import fields
+from .. import fields
 from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
 from ..validate import _json_type, bad, require_object, token_list
 

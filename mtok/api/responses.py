@@ -1,7 +1,7 @@
 """``POST /v1/responses``: OpenAI's Responses API as SGLang serves it, over the chat path.
 
 A Responses body is read through its own rows of the field table
-(:data:`mtok.api.fields.RESP`), then rewritten as a chat completion body
+(:data:`mtok.fields.RESP`), then rewritten as a chat completion body
 (:func:`chat_body`: ``instructions`` and ``input`` become messages, function
 tools chat tools, ``max_output_tokens`` ``max_tokens``, ``text.format``
 ``response_format``) and built by the chat route's own
@@ -38,7 +38,7 @@ import time
 import uuid
 from typing import Any, Dict, Iterator, List, Optional
 
-from . import fields
+from .. import fields
 from .openai import openai_finish
 from .routes import Pending, Request, route
 from ..validate import APIError, _json_type, bad, require_object, show

@@ -20,7 +20,7 @@ embedding and the query's (the engine's :meth:`~mtok.engines.Engine.embed`;
 with the echo engine, texts sharing tokens score higher), best first, the
 ``top_n`` best if given.  An engine that does not embed refuses (400).
 
-Both read their bodies through the field table (:mod:`mtok.api.fields`) and are
+Both read their bodies through the field table (:mod:`mtok.fields`) and are
 bounded like the other routes (``--max-prompts-per-request``, the body size,
 ``--max-logprob-entries``).  What the route itself refuses is answered in
 SGLang's flat ``ErrorResponse`` (``object``, ``message``, ``type:
@@ -35,7 +35,7 @@ import contextlib
 import math
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from . import fields
+from .. import fields
 from ..managers.limits import check_batch_size
 from .routes import Pending, Request, route
 from ..validate import APIError, require_object

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from ..api.fields import sampling_default as _default
+from ..fields import sampling_default as _default
 from .finish import FinishReason  # noqa: F401  (the type of finished_reasons)
 
 
@@ -22,7 +22,7 @@ from .finish import FinishReason  # noqa: F401  (the type of finished_reasons)
 class SamplingParams:
     """What a request asks of generation; the stop fields are enforced by mtok,
     the sampling knobs travel to the engine untouched.  Defaults and bounds are
-    the request-field table's (:mod:`mtok.api.fields`, SGLang's ``sampling_params``)."""
+    the request-field table's (:mod:`mtok.fields`, SGLang's ``sampling_params``)."""
 
     max_new_tokens: int = _default("max_new_tokens")
     min_new_tokens: int = _default("min_new_tokens")

@@ -17,8 +17,9 @@ each field has one row here saying what mtok does with it:
 A field in no row is ignored and logged once (as vLLM does), or refused under
 ``--strict-fields``.  The table is the one place where a field's default and
 bounds are declared: :class:`~mtok.wire.io_struct.SamplingParams` takes its
-defaults from the ``sampling_params`` rows, and the routes read defaults
-through :func:`value` and :func:`from_body`.  Where OpenAI's surface differs
+defaults from the ``sampling_params`` rows (so the table sits low in the
+package, beside the settings table :mod:`mtok.flags`, under the wire), and
+the routes read defaults through :func:`value` and :func:`from_body`.  Where OpenAI's surface differs
 from SGLang's (the token budget's default, the shape of ``logprobs``), the
 field has one row per surface.  ``tests/test_fields.py`` walks this table
 against the pinned SGLang / vLLM / OpenAI schemas
@@ -31,7 +32,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional, Tuple
 
-from .. import validate as v
+from . import validate as v
 
 logger = logging.getLogger(__name__)
 
@@ -363,9 +364,9 @@ def read(body: Dict[str, Any], api: str, strict: bool, prefix: str = "") -> Dict
 
 
 def markdown() -> str:
-    """The table as docs/fields.md (``python -m mtok.api.fields > docs/fields.md``; a test keeps them equal)."""
+    """The table as docs/fields.md (``python -m mtok.fields > docs/fields.md``; a test keeps them equal)."""
     lines = ["# Request fields", "",
-             "Generated from `mtok/api/fields.py` by `python -m mtok.api.fields > docs/fields.md`; do not edit by hand.",
+             "Generated from `mtok/fields.py` by `python -m mtok.fields > docs/fields.md`; do not edit by hand.",
              "Where: `generate` (`/generate`), `sampling_params` (its `sampling_params`), `encode` (`/encode`),",
              "`completions`, `chat`, `embeddings`, `responses`, `score` and `rerank` (`/v1/...`).  A field in no row",
              "is ignored and logged once (`--strict-fields`: a 400).",
