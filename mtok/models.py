@@ -20,7 +20,8 @@ from typing import Dict, List, Optional
 
 from .chat_templates import ModelChat
 from .validate import bad, show
-from .tokenizer import Tokenizer, load_tokenizer
+from .tokenizer import Tokenizer
+from .tokenizer.load import load_tokenizer
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from mtok.tokenizer import load_tokenizer
+from mtok.tokenizer.load import load_tokenizer
 
 from prompts import PIECES
 

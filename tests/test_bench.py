@@ -82,7 +82,7 @@ def test_load_of_natural_text_splits_the_cpu_by_process(tmp_path, server):
 @pytest.mark.parametrize("backend", ["auto", "python"])
 def test_natural_prompts_hold_their_scripts_and_token_counts(backend):
     from mtok.bench.natural_text import NaturalPromptMaker
-    from mtok.tokenizer import load_tokenizer
+    from mtok.tokenizer.load import load_tokenizer
 
     tok = load_tokenizer(None, backend)
     maker = NaturalPromptMaker(tok, "natural", seed=1)

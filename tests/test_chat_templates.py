@@ -13,7 +13,8 @@ from mtok.chat import TemplateError, available_backends
 from mtok.api.chat import prompt_ids
 from mtok.api.chat_prompt import ChatInput, parse_chat_input, render_prompt, template_messages
 from mtok.chat_templates import ChatTemplateFileError, content_format, load_model_chat, special_tokens, template_flags
-from mtok.tokenizer import TokenizerFiles, load_tokenizer
+from mtok.tokenizer import TokenizerFiles
+from mtok.tokenizer.load import load_tokenizer
 from mtok.models import ModelEntry
 from mtok.validate import APIError
 

@@ -20,7 +20,7 @@ from mtok.api.routes import Request
 from mtok.managers import prepare
 from mtok.managers.ahead import EncodeAhead
 from mtok.managers.tokenizer_manager import TokenizerManager
-from mtok.tokenizer import load_tokenizer
+from mtok.tokenizer.load import load_tokenizer
 from mtok.wire.args import PortArgs, ServerArgs
 from support import Server
 

@@ -365,7 +365,7 @@ def test_a_batch_stops_tokenizing_once_its_client_has_gone():
     """Between slices of a batch the handler looks at its connection
     (ConnectionWatch.gone, over a real socket pair) and gives up."""
     from mtok.api.connections import ConnectionWatch, DisconnectWatcher
-    from mtok.tokenizer import load_tokenizer
+    from mtok.tokenizer.load import load_tokenizer
     from mtok.models import ModelEntry
     from mtok.managers.prepare import ENCODE_SLICE, encode_batch
     from mtok.api.connections import ClientDisconnected

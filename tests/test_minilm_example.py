@@ -26,7 +26,7 @@ import sentence_transformers  # noqa: E402
 import tokenizers  # noqa: E402
 
 from mtok.engines import EngineContext, load_engine  # noqa: E402
-from mtok.tokenizer import load_tokenizer  # noqa: E402
+from mtok.tokenizer.load import load_tokenizer  # noqa: E402
 
 MODEL_DIR = str(minilm.get_model_path())
 ENGINE = os.path.join(ROOT, "examples", "minilm_engine.py") + ":MiniLMEngine"

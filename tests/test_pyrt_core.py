@@ -13,7 +13,8 @@ import os
 import pytest
 from prompts import prompts
 
-from mtok.tokenizer import DEFAULT_TOKENIZER_DIR, TokenizerError, load_tokenizer
+from mtok.tokenizer import DEFAULT_TOKENIZER_DIR, TokenizerError
+from mtok.tokenizer.load import load_tokenizer
 from mtok.tokenizer.pyrt import Tokenizer
 from mtok.tokenizer.pyrt import _split
 from mtok.tokenizer.pyrt.bpe import BPE

@@ -22,7 +22,7 @@ import mtok
 names = sorted(m.name for m in pkgutil.walk_packages(mtok.__path__, "mtok."))
 for name in names:
     importlib.import_module(name)
-from mtok.tokenizer import load_tokenizer
+from mtok.tokenizer.load import load_tokenizer
 tok = load_tokenizer(None)
 assert tok.backend == "python", tok.backend
 assert tok.decode(tok.encode("héllo wörld 👋")) == "héllo wörld 👋"

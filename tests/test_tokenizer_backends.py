@@ -8,7 +8,8 @@ import os
 import pytest
 
 from support import hf_installed
-from mtok.tokenizer import DEFAULT_TOKENIZER_DIR, load_tokenizer
+from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
+from mtok.tokenizer.load import load_tokenizer
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 

@@ -357,7 +357,7 @@ def test_published_pipeline_shapes(case):
 
 @pytest.mark.parametrize("name", [None] + SHARED_FILES)
 def test_backends_agree_through_mtok_interface(name):
-    from mtok.tokenizer import load_tokenizer
+    from mtok.tokenizer.load import load_tokenizer
 
     path = os.path.join(SHARED, name) if name else None
     hf, py = load_tokenizer(path, backend="hf"), load_tokenizer(path, backend="python")

@@ -29,7 +29,7 @@ from mtok.managers.decoding import DecodeState, IncrementalDecoder
 from mtok.managers.detokenizer import DetokenizerManager
 from mtok.wire.finish import FinishLength
 from mtok.wire.io_struct import BatchTokenIDOutput
-from mtok.tokenizer import hf_available
+from mtok.tokenizer.load import hf_available
 
 from .report import table, write_json
 from .tokenizer import stdlib_docstrings

@@ -19,7 +19,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from ..tokenizer import load_tokenizer
+from ..tokenizer.load import load_tokenizer
 from .load import measure_started
 from .report import table, write_json
 from .servers import ServerConfig

@@ -208,7 +208,7 @@ def tree_for(pid: Optional[int]) -> Optional[ProcessTree]:
 
 def tokenizer_for(target: Target, path: Optional[str], backend: str = "auto") -> Any:
     """The tokenizer to build prompts with: ``path`` if given, else the one the server reports."""
-    from mtok.tokenizer import load_tokenizer
+    from mtok.tokenizer.load import load_tokenizer
 
     if path is None:
         info = get_json(target, "/get_model_info")

@@ -1,9 +1,11 @@
 """Tokenizer backends behind one small interface.
 
-``load_tokenizer`` returns a :class:`Tokenizer`: the ``tokenizers`` library when it
-is importable (``hf``), mtok's own pure-Python ``tokenizer.json`` runtime otherwise
-(``python``).  Both give the same ids and the same text; everything else in mtok
-sees only this interface.
+:func:`mtok.tokenizer.load.load_tokenizer` returns a :class:`Tokenizer`: the
+``tokenizers`` library when it is importable (``hf``), mtok's own pure-Python
+``tokenizer.json`` runtime otherwise (``python``).  Both give the same ids and
+the same text; everything else in mtok sees only this interface.  This module
+is the interface and the files it reads; the backends (``hf``, ``python`` over
+``pyrt``) build on it, and ``load`` picks one, so the imports point one way.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence
 
 from .bytelevel import token_bytes
-
-BACKENDS = ("auto", "hf", "python")
 
 DEFAULT_TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "default")
 
@@ -230,26 +230,3 @@ class LibraryTokenizer(Tokenizer):
     def token_to_id(self, token: str) -> Optional[int]:
         return self._tok.token_to_id(token)
 
-
-def hf_available() -> bool:
-    try:
-        import tokenizers  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def load_tokenizer(path: Optional[str] = None, backend: str = "auto") -> Tokenizer:
-    """Load the tokenizer at ``path`` (file or directory; None: mtok's built-in default)."""
-    if backend not in BACKENDS:
-        raise TokenizerError(f"unknown tokenizer backend {backend!r}; choose from {', '.join(BACKENDS)}")
-    files = TokenizerFiles.locate(path)
-    if backend == "auto":
-        backend = "hf" if hf_available() else "python"
-    if backend == "hf":
-        from .hf import HFTokenizer
-
-        return HFTokenizer(files)
-    from .python import PyTokenizer
-
-    return PyTokenizer(files)
