@@ -1,4 +1,4 @@
-"""Parser of mtok's Jinja engine: tokens to a tree of :class:`Node`.
+"""Parser of mtok's Jinja engine: tokens to a tree of :class:`~mtok.chat.statements.Node`.
 
 The grammar and the precedence are jinja2's (from loosest to tightest): conditional
 expression, ``or``, ``and``, ``not``, comparisons (``== != < <= > >= in``, ``not in``),
@@ -19,27 +19,7 @@ from __future__ import annotations
 from typing import Any, List, Optional, Tuple
 
 from .lexer import TokenStream, tokenize
-from .statements import StatementParser
-
-
-class Node:
-    """One node: ``kind`` names it, ``lineno`` locates it, the rest are its fields."""
-
-    __slots__ = ("kind", "lineno", "f")
-
-    def __init__(self, kind: str, lineno: int, **fields: Any):
-        self.kind = kind
-        self.lineno = lineno
-        self.f = fields
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.f[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __repr__(self) -> str:
-        return f"Node({self.kind!r}, {self.f!r})"
+from .statements import Node, StatementParser
 
 
 COMPARE_OPS = ("==", "!=", "<", "<=", ">", ">=")

@@ -1,10 +1,11 @@
 """Statement parsing of mtok's Jinja engine (a mixin of :class:`~mtok.chat.parser.Parser`).
 
-Each ``{% tag %}`` becomes a :class:`~mtok.chat.parser.Node`; bodies are lists of
-nodes.  The shapes follow jinja2's: ``for`` has ``target``, ``iter``, ``test``,
-``body``, ``else_``; ``if`` has ``test``, ``body``, ``elifs`` and ``else_``; ``set``
-has ``target`` and ``value`` (or ``body`` and ``filter`` for a block set); ``macro``
-and ``call`` have ``args`` and ``defaults``.
+Each ``{% tag %}`` becomes a :class:`Node`; bodies are lists of nodes.  The shapes
+follow jinja2's: ``for`` has ``target``, ``iter``, ``test``, ``body``, ``else_``;
+``if`` has ``test``, ``body``, ``elifs`` and ``else_``; ``set`` has ``target`` and
+``value`` (or ``body`` and ``filter`` for a block set); ``macro`` and ``call`` have
+``args`` and ``defaults``.  :class:`Node` is declared here, under the parser that
+builds expressions of it too, so the two modules import one way.
 """
 
 from __future__ import annotations
@@ -16,10 +17,24 @@ _END_TAGS = ("endfor", "endif", "endmacro", "endcall", "endfilter", "endset", "e
              "elif", "else", "endblock", "endraw")
 
 
-def _node(kind: str, lineno: int, **fields: Any) -> Any:
-    from .parser import Node
+class Node:
+    """One node: ``kind`` names it, ``lineno`` locates it, the rest are its fields."""
 
-    return Node(kind, lineno, **fields)
+    __slots__ = ("kind", "lineno", "f")
+
+    def __init__(self, kind: str, lineno: int, **fields: Any):
+        self.kind = kind
+        self.lineno = lineno
+        self.f = fields
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.f[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __repr__(self) -> str:
+        return f"Node({self.kind!r}, {self.f!r})"
 
 
 class StatementParser:
@@ -33,10 +48,10 @@ class StatementParser:
             kind, value, lineno, _ = s.cur
             if kind == "data":
                 s.next()
-                body.append(_node("output", lineno, nodes=[_node("const", lineno, value=value)]))
+                body.append(Node("output", lineno, nodes=[Node("const", lineno, value=value)]))
             elif kind == "variable_begin":
                 s.next()
-                body.append(_node("output", lineno, nodes=[self.tuple()]))
+                body.append(Node("output", lineno, nodes=[self.tuple()]))
                 s.expect("variable_end")
             elif kind == "block_begin":
                 s.next()
@@ -74,7 +89,7 @@ class StatementParser:
                       name_only: bool = False) -> Any:
         if name_only:
             tok = self.s.expect("name")
-            return _node("name", tok[2], name=tok[1])
+            return Node("name", tok[2], name=tok[1])
         target = self._target_tuple(extra_end, with_namespace)
         if not _can_assign(target):
             raise self.s.fail(f"can't assign to {target.kind!r}")
@@ -98,7 +113,7 @@ class StatementParser:
             if items:
                 return items[0]
             raise self.s.fail("Expected an expression")
-        return _node("tuple", lineno, items=items)
+        return Node("tuple", lineno, items=items)
 
     def _target_primary(self, with_namespace: bool) -> Any:
         tok = self.s.cur
@@ -106,7 +121,7 @@ class StatementParser:
             self.s.next()
             self.s.next()
             attr = self.s.expect("name")[1]
-            return _node("nsref", tok[2], name=tok[1], attr=attr)
+            return Node("nsref", tok[2], name=tok[1], attr=attr)
         return self.primary()
 
     # -- the tags -----------------------------------------------------------------
@@ -121,7 +136,7 @@ class StatementParser:
         else_: List[Any] = []
         if self.s.next()[1] != "endfor":
             else_ = self.statements(("endfor",), drop_needle=True)
-        return _node("for", lineno, target=target, iter=iter_, test=test, body=body, else_=else_,
+        return Node("for", lineno, target=target, iter=iter_, test=test, body=body, else_=else_,
                      recursive=recursive)
 
     def stmt_if(self) -> Any:
@@ -138,16 +153,16 @@ class StatementParser:
             if tag == "else":
                 else_ = self.statements(("endif",), drop_needle=True)
             break
-        return _node("if", lineno, branches=branches, else_=else_)
+        return Node("if", lineno, branches=branches, else_=else_)
 
     def stmt_set(self) -> Any:
         lineno = self.s.next()[2]
         target = self.assign_target(with_namespace=True)
         if self.s.skip_op("="):
-            return _node("set", lineno, target=target, value=self.tuple())
+            return Node("set", lineno, target=target, value=self.tuple())
         filter_node = self.filter(None)
         body = self.statements(("endset",), drop_needle=True)
-        return _node("setblock", lineno, target=target, filter=filter_node, body=body)
+        return Node("setblock", lineno, target=target, filter=filter_node, body=body)
 
     def signature(self) -> Tuple[List[str], List[Any]]:
         args: List[str] = []
@@ -169,7 +184,7 @@ class StatementParser:
         name = self.assign_target(name_only=True).name
         args, defaults = self.signature()
         body = self.statements(("endmacro",), drop_needle=True)
-        return _node("macro", lineno, name=name, args=args, defaults=defaults, body=body)
+        return Node("macro", lineno, name=name, args=args, defaults=defaults, body=body)
 
     def stmt_call(self) -> Any:
         lineno = self.s.next()[2]
@@ -178,13 +193,13 @@ class StatementParser:
         if call.kind != "call":
             raise self.s.fail("expected call")
         body = self.statements(("endcall",), drop_needle=True)
-        return _node("callblock", lineno, args=args, defaults=defaults, call=call, body=body)
+        return Node("callblock", lineno, args=args, defaults=defaults, call=call, body=body)
 
     def stmt_filter(self) -> Any:
         lineno = self.s.next()[2]
         filter_node = self.filter(None, start_inline=True)
         body = self.statements(("endfilter",), drop_needle=True)
-        return _node("filterblock", lineno, filter=filter_node, body=body)
+        return Node("filterblock", lineno, filter=filter_node, body=body)
 
     def stmt_with(self) -> Any:
         lineno = self.s.next()[2]
@@ -197,22 +212,22 @@ class StatementParser:
             self.s.expect("op", "=")
             values.append(self.expression())
         body = self.statements(("endwith",), drop_needle=True)
-        return _node("with", lineno, targets=targets, values=values, body=body)
+        return Node("with", lineno, targets=targets, values=values, body=body)
 
     def stmt_generation(self) -> Any:
         lineno = self.s.next()[2]
         body = self.statements(("endgeneration",), drop_needle=True)
-        return _node("with", lineno, targets=[], values=[], body=body)
+        return Node("with", lineno, targets=[], values=[], body=body)
 
     def stmt_print(self) -> Any:
         lineno = self.s.next()[2]
-        return _node("output", lineno, nodes=[self.tuple()])
+        return Node("output", lineno, nodes=[self.tuple()])
 
     def stmt_break(self) -> Any:
-        return _node("break", self.s.next()[2])
+        return Node("break", self.s.next()[2])
 
     def stmt_continue(self) -> Any:
-        return _node("continue", self.s.next()[2])
+        return Node("continue", self.s.next()[2])
 
 
 def _can_assign(node: Any) -> bool:
