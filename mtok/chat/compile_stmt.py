@@ -7,11 +7,14 @@ no iteration ran.  A ``recursive`` loop becomes a nested function of its items, 
 ``loop(children)`` calls one level deeper.  A macro (and the body of a ``call`` block, which is the ``caller``
 macro) becomes a nested Python function wrapped in :class:`~mtok.chat.runtime.Macro`,
 which applies jinja2's argument rules.
+
+:class:`StatementCompiler` is the whole compiler (:class:`~mtok.chat.compiler.Compiler`
+and these statements), so :func:`generate`, the entry point, is here.
 """
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Dict, List, Tuple
 
 from .compiler import Compiler, Frame
 from .errors import TemplateError
@@ -156,4 +159,13 @@ def _not_provided(name: str) -> Any:
     return Undefined(f"parameter {name!r} was not provided")
 
 
-__all__: List[str] = ["StatementCompiler"]
+def generate(body: List[Any]) -> Tuple[str, List[int], Dict[str, Any]]:
+    """Python source for a parsed template, its line map, and the names it needs bound."""
+    compiler = StatementCompiler({})
+    compiler.compile_root(body)
+    source, line_map = compiler.source()
+    return source, line_map, compiler.namespace
+
+
+__all__: List[str] = ["StatementCompiler", "generate"]
+

@@ -213,14 +213,4 @@ def _printed_constant(node: Any) -> Any:
         return _NOT_CONSTANT
 
 
-def generate(body: List[Any]) -> Tuple[str, List[int], Dict[str, Any]]:
-    """Python source for a parsed template, its line map, and the names it needs bound."""
-    from .compile_stmt import StatementCompiler
-
-    compiler = StatementCompiler({})
-    compiler.compile_root(body)
-    source, line_map = compiler.source()
-    return source, line_map, compiler.namespace
-
-
-__all__ = ["Compiler", "Frame", "generate", "names_used"]
+__all__ = ["Compiler", "Frame", "names_used"]

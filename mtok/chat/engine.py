@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from .compile_expr import base_namespace
 from .filter_guards import strftime_now
-from .compiler import generate
+from .compile_stmt import generate
 from .errors import TemplateError
 from .limits import Budget, Limits
 from .parser import parse
