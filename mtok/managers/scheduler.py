@@ -87,6 +87,7 @@ class Req:
         self.context: Optional[List[int]] = None
 
 
+
 class ModelRuntime:
     """One model's engine, and the tokenizer that stop strings and eos need."""
 
@@ -379,19 +380,10 @@ class Scheduler(LogprobSteps, AsyncEngineSupport, SchedulerRpc):
             out.no_stop_trim.append(sp.no_stop_trim)
             out.stop.append(sp.stop or None)
             out.stop_str_offsets.append(r.stop_offset)
-            if r.context is not None:
-                if out.decode_contexts is None:
-                    out.decode_contexts = [None] * (len(out.stop_str_offsets) - 1)
-                out.decode_contexts.append(r.context)
-                r.context = None
-            elif out.decode_contexts is not None:
-                out.decode_contexts.append(None)
-            if r.regexes is not None and not sp.no_stop_trim:
-                if out.stop_holds is None:
-                    out.stop_holds = [None] * (len(out.stop_str_offsets) - 1)
-                out.stop_holds.append(r.regexes.hold_from())
-            elif out.stop_holds is not None:
-                out.stop_holds.append(None)
+            out.append_sparse("decode_contexts", r.context)
+            r.context = None  # the detokenizer has it from now on
+            out.append_sparse("stop_holds", r.regexes.hold_from() if r.regexes is not None and not sp.no_stop_trim
+                     else None)
             r.new_ids = []
             r.new_logprobs = None
         self.outbox.append(out)

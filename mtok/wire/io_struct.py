@@ -196,6 +196,16 @@ class BatchTokenIDOutput(BaseBatchReq):
     logprob_texts: Optional[List[bool]] = None
 
 
+    def append_sparse(self, column: str, value: Any) -> None:
+        """Append one request's entry to a per-request column that stays None
+        until some request of the batch has a value (``stop_holds``, ``decode_contexts``)."""
+        values = getattr(self, column)
+        if values is None and value is not None:
+            values = [None] * (len(self.finished_reasons) - 1)
+            setattr(self, column, values)
+        if values is not None:
+            values.append(value)
+
 @dataclass
 class BatchStrOutput(BaseBatchReq):
     """The detokenized form of one step: per request, the new text and new ids."""
