@@ -18,6 +18,11 @@ PACKAGE = os.path.join(ROOT, "mtok")
 MAX_MODULE_LINES = 420  # "about 400"
 MAX_FUNCTION_LINES = 55  # "about 50"
 LIBRARIES = {"tokenizer/pyrt": "mtok.tokenizer.pyrt", "chat": "mtok.chat", "parsers": "mtok.parsers"}
+# Modules allowed past the cap, each with its reason: a split that would make two
+# files import each other is worse than a long file (issue 24).
+LONG_MODULES = {
+    "chat/filters.py": "the filters and the tests name each other's tables (`x is filter`; `select` applies tests)",
+}
 
 
 def modules():
@@ -30,7 +35,8 @@ def modules():
 
 
 def test_no_module_is_much_over_400_lines():
-    long = {path: src.count("\n") for path, src in modules() if src.count("\n") > MAX_MODULE_LINES}
+    long = {path: src.count("\n") for path, src in modules()
+            if src.count("\n") > MAX_MODULE_LINES and path not in LONG_MODULES}
     assert not long, f"split these by role: {long}"
 
 

@@ -18,8 +18,7 @@ from typing import Any, Dict, List
 
 from . import guards
 from .errors import TemplateError
-from .filters import FILTERS
-from .predicates import TESTS
+from .filters import FILTERS, TESTS
 from .runtime import MISSING, LoopContext, Macro
 from .fold import Impossible, const_value, has_safe_repr, has_slice
 from .sandbox import Sandbox

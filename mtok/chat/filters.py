@@ -1,4 +1,5 @@
-"""Filters of mtok's Jinja engine, with jinja2's semantics (``{{ x|name(args) }}``).
+"""Filters and tests of mtok's Jinja engine, with jinja2's semantics
+(``{{ x|name(args) }}``, ``x is name(args)``).
 
 Each filter is ``f(value, *args, **kwargs)``.  They behave as jinja2's built-in
 filters do in a non-autoescaping environment: string filters stringify their input
@@ -12,26 +13,84 @@ string filters keep one a Markup (jinja2's ``soft_str``); nothing autoescapes.  
 filter of :data:`FILTERS` is wrapped by :func:`~mtok.chat.filter_guards.guard_filter`: what it
 would build is checked against the render's budget first where its arguments say, and
 what it built is charged after.
+
+Tests (:data:`TESTS`): ``number`` counts booleans (as jinja2's does), ``integer``
+does not; ``sequence`` is anything with a length and items; ``defined`` is false
+only for an Undefined.  The two tables are one module because each names the
+other (``x is filter``; ``select`` and ``reject`` apply tests).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import operator
 import pprint
 import re
 import textwrap
 from collections import abc, namedtuple
 from itertools import chain, groupby
+from numbers import Number
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .errors import TemplateError
-from .predicates import TESTS
 from .markup import Markup, escape
 from .runtime import Undefined
 from .filter_guards import guard_filter
 from .guards import printed
 from .sandbox import policy
+
+
+def _sequence(value: Any) -> bool:
+    try:
+        len(value)
+        value.__getitem__  # noqa: B018 -- having it is the test
+    except Exception:
+        return False
+    return True
+
+
+def _iterable(value: Any) -> bool:
+    try:
+        iter(value)
+    except TypeError:
+        return False
+    return True
+
+
+TESTS: Dict[str, Callable[..., bool]] = {
+    "odd": lambda value: value % 2 == 1,
+    "even": lambda value: value % 2 == 0,
+    "divisibleby": lambda value, num: value % num == 0,
+    "defined": lambda value: not isinstance(value, Undefined),
+    "undefined": lambda value: isinstance(value, Undefined),
+    "none": lambda value: value is None,
+    "boolean": lambda value: value is True or value is False,
+    "false": lambda value: value is False,
+    "true": lambda value: value is True,
+    "integer": lambda value: isinstance(value, int) and value is not True and value is not False,
+    "float": lambda value: isinstance(value, float),
+    "lower": lambda value: str(value).islower(),
+    "upper": lambda value: str(value).isupper(),
+    "string": lambda value: isinstance(value, str),
+    "mapping": lambda value: isinstance(value, abc.Mapping),
+    "number": lambda value: isinstance(value, Number),
+    "sequence": _sequence,
+    "iterable": _iterable,
+    "callable": callable,
+    "sameas": lambda value, other: value is other,
+    "escaped": lambda value: hasattr(value, "__html__"),
+    "in": lambda value, seq: value in seq,
+    "==": operator.eq, "eq": operator.eq, "equalto": operator.eq,
+    "!=": operator.ne, "ne": operator.ne,
+    ">": operator.gt, "gt": operator.gt, "greaterthan": operator.gt,
+    ">=": operator.ge, "ge": operator.ge,
+    "<": operator.lt, "lt": operator.lt, "lessthan": operator.lt,
+    "<=": operator.le, "le": operator.le,
+}
+TESTS["filter"] = lambda value: value in FILTERS
+TESTS["test"] = lambda value: value in TESTS
+
 
 _WORD_START = re.compile(r"([-\s({\[<]+)")
 _WORD = re.compile(r"\w+")

@@ -17,8 +17,7 @@ from typing import Any, Callable, Dict
 
 from . import guards
 from .sandbox import policy
-from .filters import FILTERS
-from .predicates import TESTS
+from .filters import FILTERS, TESTS
 from .symbols import expr_children
 
 
