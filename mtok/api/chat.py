@@ -6,8 +6,9 @@ with token ids instead of text: the prompt is the model's chat template
 rendered (:mod:`mtok.api.chat_prompt`) and tokenized without adding special tokens
 again, since templates write their own ``bos_token`` (as SGLang and vLLM do).
 
-What the model generates reaches the client through an :class:`OutputParser`,
-chosen per request by :func:`make_output_parser`: the plain one passes text
+What the model generates reaches the client through an
+:class:`~mtok.api.chat_parsing.OutputParser`, chosen per request by
+:func:`~mtok.api.chat_parsing.make_output_parser`: the plain one passes text
 through as ``content``; a reasoning or tool-call parser can replace it there
 and turn text deltas into ``reasoning_content`` / ``tool_calls`` deltas.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
+from .chat_parsing import OutputParser, make_output_parser
 from .chat_prompt import ChatInput, parse_chat_input, render_prompt
 from .chat_tools import check_tool_request
 from .constraints import constrain_tool_choice
@@ -35,36 +37,6 @@ if TYPE_CHECKING:
     from ..managers.request_handle import ReqState
 
 TOOL_CHOICES = ("none", "auto", "required")
-
-
-class OutputParser:
-    """Generated text -> the assistant message's fields.  This one passes text
-    through as ``content``; parsers for reasoning and tool calls subclass it.
-
-    Streaming calls ``feed`` with each text delta and ``flush`` at the end; each
-    returns the deltas to send (``{"content": ...}``, ``{"reasoning_content": ...}``,
-    ``{"tool_calls": [...]}``).  A non-streaming response calls ``message`` once
-    with the whole text.  ``finish_reason`` may rename the finish (``tool_calls``).
-    """
-
-    def feed(self, text: str) -> List[Dict[str, Any]]:
-        return [{"content": text}] if text else []
-
-    def flush(self) -> List[Dict[str, Any]]:
-        return []
-
-    def message(self, text: str) -> Dict[str, Any]:
-        return {"content": text}
-
-    def finish_reason(self, reason: Optional[str]) -> Optional[str]:
-        return reason
-
-
-def make_output_parser(body: Dict[str, Any], model: "ModelEntry", server_args: Any) -> OutputParser:
-    """The hook: which parser a chat request's output goes through."""
-    from .chat_parsing import output_parser_for
-
-    return output_parser_for(body, model.name, server_args) or OutputParser()
 
 
 def _check_chat_only(body: Dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
-"""The chat endpoint's output parser when the server has ``--tool-call-parser``
-or ``--reasoning-parser``: ``mtok.parsers`` run in the worker that owns the
+"""The chat endpoint's output parser: the plain :class:`OutputParser`, which
+passes text through, and when the server has ``--tool-call-parser``
+or ``--reasoning-parser``, ``mtok.parsers`` run in the worker that owns the
 request, turning the model's text into OpenAI's ``reasoning_content``,
 ``content`` and ``tool_calls``, streamed or not.
 
@@ -22,15 +23,45 @@ one-shot results, so a streamed response concatenates to the non-streamed one.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from .chat import OutputParser
 from .constraints import forced_parser
 from .parser_routes import check_tools
 from ..parsers import make_reasoning_parser, make_tool_parser
 from .. import fields
 
+if TYPE_CHECKING:
+    from ..models import ModelEntry
+
 PARSER_FIELDS = {"separate_reasoning", "stream_reasoning"}
+
+
+class OutputParser:
+    """Generated text -> the assistant message's fields.  This one passes text
+    through as ``content``; parsers for reasoning and tool calls subclass it.
+
+    Streaming calls ``feed`` with each text delta and ``flush`` at the end; each
+    returns the deltas to send (``{"content": ...}``, ``{"reasoning_content": ...}``,
+    ``{"tool_calls": [...]}``).  A non-streaming response calls ``message`` once
+    with the whole text.  ``finish_reason`` may rename the finish (``tool_calls``).
+    """
+
+    def feed(self, text: str) -> List[Dict[str, Any]]:
+        return [{"content": text}] if text else []
+
+    def flush(self) -> List[Dict[str, Any]]:
+        return []
+
+    def message(self, text: str) -> Dict[str, Any]:
+        return {"content": text}
+
+    def finish_reason(self, reason: Optional[str]) -> Optional[str]:
+        return reason
+
+
+def make_output_parser(body: Dict[str, Any], model: "ModelEntry", server_args: Any) -> OutputParser:
+    """The hook: which parser a chat request's output goes through."""
+    return output_parser_for(body, model.name, server_args) or OutputParser()
 
 
 def configured(server_args: Any) -> Dict[str, Dict[str, str]]:
