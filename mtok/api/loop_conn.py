@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import queue
 import socket
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 from .connections import ConnectionWatch
 from .routes import Pending
-
-if TYPE_CHECKING:
-    from .loop import EventLoop
 
 READING, WAITING, WRITING = "reading", "waiting", "writing"
 
@@ -41,6 +38,15 @@ class Conn:
         self.watched = True  # while waiting: is a hang-up reported?
         self.task: Optional[object] = None  # while waiting: the token of the work on the pool, if there
         self.offloaded = False  # the request's route (and its answer's render) runs on the pool
+
+
+class EventLoop(Protocol):
+    """What a mailbox and a watch need of the loop that holds their connection
+    (:class:`mtok.api.loop.EventLoop`, which imports this module, not the reverse)."""
+
+    httpd: Any  # the HTTPServer, whose DisconnectWatcher a watch shares
+
+    def wake(self, conn: "Conn") -> None: ...
 
 
 class Waker:
