@@ -238,6 +238,27 @@ def test_compare_says_why_it_skips_a_missing_peer(tmp_path):
     assert "fastapi" in doc["results"]["skipped"]
 
 
+def test_vllm_frontend_says_why_it_skips_without_a_vllm(tmp_path):
+    """No vLLM venv: the bench boots nothing, says why and exits 0 (its real runs are in docs/benchmarks.md)."""
+    doc = bench(tmp_path, "vllm-frontend", "--venv", str(tmp_path / "no-venv"), "--quiet")
+    assert "no-venv" in doc["results"]["skipped"] and doc["params"]["workers"] == [1, 2]
+
+
+@pytest.mark.fast
+def test_vllm_processes_are_named_by_their_title():
+    """vLLM titles its engine "VLLM::EngineCore": the CPU split names it so."""
+    from mtok.bench.procstat import ProcessTree
+
+    child = subprocess.Popen(["bash", "-c", 'exec -a "VLLM::EngineCore" sleep 60'])
+    try:
+        wait_for(lambda: open(f"/proc/{child.pid}/cmdline", "rb").read().startswith(b"VLLM::"), timeout=10)
+        roles = ProcessTree(os.getpid()).cpu_by_role()
+        assert "EngineCore" in roles and "main" in roles
+    finally:
+        child.kill()
+        child.wait()
+
+
 @pytest.mark.fast
 def test_tokenizer_command_still_dispatches():
     proc = subprocess.run([sys.executable, "-m", "mtok.bench"], cwd=ROOT, capture_output=True, text=True, timeout=30)

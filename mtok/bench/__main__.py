@@ -21,6 +21,7 @@ COMMANDS = {
     "chat": ("mtok.bench.chat", "chat template render time: mtok's Jinja engine beside jinja2"),
     "parsers": ("mtok.bench.parsers", "tool-call and reasoning parsing per streamed chunk vs one parse"),
     "upstream": ("mtok.bench.upstream", "what mtok in front of an upstream engine adds, per request and per streamed token"),
+    "vllm-frontend": ("mtok.bench.vllm_frontend", "mtok (N = 1, 2) before vLLM --skip-tokenizer-init vs vLLM's own frontend: CPU/request by process"),
 }
 
 

@@ -156,8 +156,9 @@ MTOK_ROLES = ("scheduler", "detokenizer")  # names longer than a process title h
 def role_of(pid: int, root: int) -> str:
     """What one process of a server does: ``main`` (the root; mtok's supervisor and
     router, and the HTTP server too at N = 1), the role an mtok process named itself
-    (``scheduler``, ``detokenizer``, ``worker-0``...), or for the peer ``engine`` and
-    ``worker`` (uvicorn's spawned workers; the caller numbers them)."""
+    (``scheduler``, ``detokenizer``, ``worker-0``...), the title a vLLM process gave
+    itself (``EngineCore``, ``Worker``), or for the peer ``engine`` and ``worker``
+    (uvicorn's spawned workers; the caller numbers them)."""
     if pid == root:
         return "main"
     comm = _comm(pid)
@@ -165,6 +166,8 @@ def role_of(pid: int, root: int) -> str:
         role = comm[len("mtok:"):]
         return next((r for r in MTOK_ROLES if r.startswith(role)), role)
     cmd = " ".join(_cmdline(pid))
+    if cmd.startswith("VLLM::"):  # vLLM titles its engine process "VLLM::EngineCore"
+        return cmd.split()[0][len("VLLM::"):]
     if "echo_engine" in cmd:
         return "engine"
     if "resource_tracker" in cmd:
