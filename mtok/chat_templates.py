@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from .chat import ChatTemplate, Limits, TemplateError
+from .chat import ChatTemplate, Limits, TemplateError, resolve_backend
 from .tokenizer import _token_content  # a token as a string, or the content of an AddedToken object
 from .validate import bad
 
@@ -106,6 +106,26 @@ def template_flags(entries: List[str], model_names: List[str]) -> Dict[str, str]
         else:
             every = entry
     return {name: named.get(name, every) for name in model_names if named.get(name, every)}
+
+
+def flag_problems(server_args: Any) -> List[str]:
+    """Template files that do not exist, and a backend that is not there, are refused
+    before boot (part of :meth:`ServerArgs.check <mtok.wire.args.ServerArgs.check>`)."""
+    problems = []
+    try:
+        resolve_backend(server_args.chat_template_backend)
+    except TemplateError as e:
+        problems.append(f"--chat-template-backend: {e}")
+    try:
+        files = template_flags(server_args.chat_template, [s.name for s in server_args.model_specs()])
+    except (ChatTemplateFileError, ValueError) as e:
+        return problems + [str(e)]
+    for f in sorted(set(files.values())):
+        if not os.path.isfile(f):
+            name = f.partition("=")[0] if "=" in f else None
+            problems.append(f"--chat-template {f}: no such file"
+                            + (f" (and no model is named {name!r})" if name else ""))
+    return problems
 
 
 def special_tokens(config: Dict[str, Any]) -> Dict[str, str]:

@@ -91,7 +91,9 @@ class ServerArgsMethods:
                     problems.append("--model names must be distinct")
         problems.extend(self._parser_problems())
         if not problems:
-            problems.extend(self._check_chat_templates())
+            from ..chat_templates import flag_problems
+
+            problems.extend(flag_problems(self))
         if problems:  # model_specs() is read by several checks: say each problem once
             raise ValueError("; ".join(dict.fromkeys(problems)))
 
@@ -109,27 +111,6 @@ class ServerArgsMethods:
         except ValueError as e:
             return [str(e)]
         return []
-
-    def _check_chat_templates(self) -> List[str]:
-        """Template files that do not exist, and a backend that is not there, are refused before boot."""
-        from ..chat import TemplateError, resolve_backend
-        from ..chat_templates import ChatTemplateFileError, template_flags
-
-        problems = []
-        try:
-            resolve_backend(self.chat_template_backend)
-        except TemplateError as e:
-            problems.append(f"--chat-template-backend: {e}")
-        try:
-            files = template_flags(self.chat_template, [s.name for s in self.model_specs()])
-        except (ChatTemplateFileError, ValueError) as e:
-            return problems + [str(e)]
-        for f in sorted(set(files.values())):
-            if not os.path.isfile(f):
-                name = f.partition("=")[0] if "=" in f else None
-                problems.append(f"--chat-template {f}: no such file"
-                                + (f" (and no model is named {name!r})" if name else ""))
-        return problems
 
 
 ServerArgs = dataclasses.make_dataclass("ServerArgs", flags.dataclass_fields(), bases=(ServerArgsMethods,))
