@@ -213,7 +213,7 @@ def _linear_reference(model: BPE, word: str):
         if best is None:
             break
         v, i = best
-        ids[i : i + 2] = [v % model._width]
+        ids[i : i + 2] = [model._merged[v]]  # v: the merge's rank
     return ids
 
 

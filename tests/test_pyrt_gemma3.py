@@ -73,8 +73,17 @@ CORPUS = [
 
 
 @pytest.fixture(scope="module")
-def pair():
-    return Tokenizer.from_file(PATH), tokenizers.Tokenizer.from_file(PATH)
+def cache_dir(tmp_path_factory):
+    """A prepared-table cache that the first load fills (``mtok.tokenizer.pyrt.prepared``)."""
+    directory = str(tmp_path_factory.mktemp("prepared"))
+    Tokenizer.from_file(PATH, cache_dir=directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def pair(cache_dir):
+    """The runtime loaded from the cache (every test below compares that load), and tokenizers."""
+    return Tokenizer.from_file(PATH, cache_dir=cache_dir), tokenizers.Tokenizer.from_file(PATH)
 
 
 def _same(pair, text: str) -> None:
@@ -111,10 +120,21 @@ def test_the_benchmark_documents_are_tokenized_as_tokenizers_does(pair):
 
 
 def test_a_fresh_load_merges_as_a_warm_one(pair):
-    """Pieces cut and cached while warm give the ids of the same text merged on a cold load."""
+    """Pieces cut and cached while warm give the ids of the same text merged on a cold load,
+    one that parses the file (no cache) and one that reads the prepared tables."""
     mine, ref = pair
     text = " ".join(CORPUS)
-    assert Tokenizer.from_file(PATH).encode(text) == mine.encode(text) == ref.encode(text).ids
+    parsed = Tokenizer.from_file(PATH, cache_dir="off")
+    assert parsed.encode(text) == mine.encode(text) == ref.encode(text).ids
+    assert parsed.model.prepared() == mine.model.prepared()
+
+
+def test_the_tables_come_from_the_cache(cache_dir):
+    from mtok.tokenizer.pyrt.prepared import PreparedCache
+
+    with open(PATH, "rb") as f:
+        entry = PreparedCache.for_file(f.read(), cache_dir)
+    assert entry is not None and entry.load() is not None
 
 
 # Characters where Gemma-3's cuts live: the mark and spaces, '>' before it, digits,

@@ -1,12 +1,14 @@
 """The BPE model: a word in, token ids out.
 
 Merges are kept as one dict from a packed pair of ids ``left * width + right``
-to a packed ``rank * width + merged id`` (``width``: one more than the largest
-id), so finding the best merge is an integer ``min``.  Packing by the width, not
-by a power of two, lets both ids reach the low bits that index the dict (no probe
-chains for pairs sharing their right part) and keeps the keys of a 32k
-vocabulary below 2**30 (one CPython digit).  The pipeline caches whole words; this module
-only runs on cache misses.
+to the merge's rank (``width``: one more than the largest id, made odd), and a
+list from rank to the merged id, so finding the best merge is an integer ``min``.
+Packing by an odd width, not by a power of two, lets both ids reach the low bits
+that index the dict (no probe chains for pairs sharing their right part; Gemma-3's
+262,144 ids would make the plain width a power of two) and keeps the keys of a
+32k vocabulary below 2**30 (one CPython digit).  Ranks as values are small ints,
+made by ``range`` at no cost.  The pipeline caches whole words; this module only
+runs on cache misses.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import operator
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+import re
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .. import TokenizerError
 from .bpe_cuts import MARK, Cuts, find_cuts, split_apart
 
-_NONE = 1 << 62  # "no merge": ranks are below 2**30 and ids below 2**32, so this is above any real one
+_NONE = 1 << 62  # "no merge": above any rank
 # Words with more symbols than this merge with a heap instead of rescans.
 _LINEAR_LIMIT = 256
 # Long words of SentencePiece-style files are merged in pieces, cached here
@@ -28,13 +31,20 @@ _CHUNK_CACHE = 1 << 16
 BYTE_TOKENS = tuple(f"<0x{b:02X}>" for b in range(256))
 
 
+class MergeColumns(NamedTuple):
+    """Every merge's left part and right part, as two sequences (how ``from_json`` hands them over)."""
+
+    left: Sequence[str]
+    right: Sequence[str]
+
+
 class BPE:
     """Byte-pair encoding with tokenizers' options (dropout is ignored, as at inference)."""
 
     def __init__(
         self,
         vocab: Dict[str, int],
-        merges: Sequence[Tuple[str, str]],
+        merges: Union[MergeColumns, Sequence[Tuple[str, str]]],
         unk_token: Optional[str] = None,
         continuing_subword_prefix: Optional[str] = None,
         end_of_word_suffix: Optional[str] = None,
@@ -42,6 +52,27 @@ class BPE:
         byte_fallback: bool = False,
         ignore_merges: bool = False,
     ):
+        self._set_options(vocab, unk_token, continuing_subword_prefix, end_of_word_suffix,
+                          fuse_unk, byte_fallback, ignore_merges)
+        self._width = (max(vocab.values(), default=0) + 1) | 1
+        # With every <0xNN> token present, an unknown character is always its bytes' ids.
+        self._bytes_ids: Optional[List[int]] = None
+        if byte_fallback and all(t in vocab for t in BYTE_TOKENS):
+            self._bytes_ids = [vocab[t] for t in BYTE_TOKENS]
+        # set by _build_merges: byte fallback, no affixes, and no merge has a byte token on either side
+        self._inert_bytes = False
+        self._cuts: Optional[Cuts] = None  # where long words are cut (bpe_cuts): unaffixed files only
+        left, right = merges if isinstance(merges, MergeColumns) else _columns(merges)
+        # _merges: packed pair -> rank; _merged: rank -> the merged token's id
+        if self.prefix:
+            self._merges, self._merged = self._build_prefixed_merges(left, right)
+        else:
+            self._merges, self._merged = self._build_merges(left, right)
+            if not self.suffix:
+                self._cuts = find_cuts(left, right, vocab, self._inert_bytes)
+
+    def _set_options(self, vocab: Dict[str, int], unk_token: Optional[str], continuing_subword_prefix: Optional[str],
+                     end_of_word_suffix: Optional[str], fuse_unk: bool, byte_fallback: bool, ignore_merges: bool) -> None:
         self.vocab = vocab
         self.vocab_r = dict(zip(vocab.values(), vocab.keys()))
         self.unk_token = unk_token
@@ -50,50 +81,57 @@ class BPE:
         self.fuse_unk = fuse_unk
         self.byte_fallback = byte_fallback
         self.ignore_merges = ignore_merges
-        self._width = max(vocab.values(), default=0) + 1
-        # With every <0xNN> token present, an unknown character is always its bytes' ids.
-        self._bytes_ids: Optional[List[int]] = None
-        if byte_fallback and all(t in vocab for t in BYTE_TOKENS):
-            self._bytes_ids = [vocab[t] for t in BYTE_TOKENS]
-        # set by _build_merges: byte fallback, no affixes, and no merge has a byte token on either side
-        self._inert_bytes = False
-        self._cuts: Optional[Cuts] = None  # where long words are cut (bpe_cuts): unaffixed files only
-        if self.prefix:
-            self._merges = self._build_prefixed_merges(merges)
-        else:
-            left, right = _columns(merges)
-            self._merges = self._build_merges(merges, left, right)
-            if not self.suffix:
-                self._cuts = find_cuts(left, right, vocab, self._inert_bytes)
         self._chunks: Dict[str, List[int]] = {}
 
-    def _build_merges(self, merges: Sequence[Tuple[str, str]], left: Sequence[str], right: Sequence[str]
-                      ) -> Dict[int, int]:
-        """The packed merge table, built with C-level ``map``s: no Python code runs per merge.
-        ``left`` and ``right``: the merges' parts (``_columns``).
+    # -- prepared tables (prepared.py caches them) ----------------------------------
+    def prepared(self) -> tuple:
+        """What ``from_prepared`` needs besides the JSON's options: marshal's types only."""
+        cuts = self._cuts
+        if cuts is not None:
+            cuts = (cuts.coarse.pattern, cuts.fine and cuts.fine.pattern, cuts.alpha_whole, cuts.junctions,
+                    cuts.min_length)
+        return (self.vocab, self._merges, self._merged, self._width, self._bytes_ids, self._inert_bytes, cuts)
 
-        A 262k-entry file has ~260k merges; a Python loop over them costs a second.
+    @classmethod
+    def from_prepared(cls, d: dict, state: tuple) -> "BPE":
+        """The model ``prepared()`` described, from its state and its JSON without vocab and merges."""
+        self = cls.__new__(cls)
+        vocab, self._merges, self._merged, self._width, self._bytes_ids, self._inert_bytes, cuts = state
+        self._set_options(vocab, **_options(d))
+        self._cuts = None
+        if cuts is not None:
+            coarse, fine, alpha_whole, junctions, min_length = cuts
+            self._cuts = Cuts(re.compile(coarse), fine and re.compile(fine), alpha_whole, junctions, min_length)
+        return self
+
+    def _build_merges(self, left: Sequence[str], right: Sequence[str]) -> Tuple[Dict[int, int], List[int]]:
+        """The merge table, built with C-level ``map``s: no Python code runs per merge.
+
+        A 262k-entry file has ~260k merges (Gemma-3's 514,906); a Python loop over
+        them costs a second.  ``__getitem__`` raises on the first missing token, so
+        no pass looks for ``None`` afterwards.
         """
-        get = self.vocab.get
-        a_ids, b_ids = list(map(get, left)), list(map(get, right))
-        new_ids = list(map(get, map(operator.add, left, right)))
-        if None in a_ids or None in b_ids or None in new_ids:
-            _refuse_merges(self.vocab, merges)
+        get = self.vocab.__getitem__
+        try:
+            a_ids, b_ids = list(map(get, left)), list(map(get, right))
+            merged = list(map(get, map(operator.add, left, right)))
+        except (KeyError, TypeError):
+            _refuse_merges(self.vocab, left, right)
+            raise
         if self._bytes_ids is not None and not self.suffix:
             byte_ids = set(self._bytes_ids)
             self._inert_bytes = byte_ids.isdisjoint(a_ids) and byte_ids.isdisjoint(b_ids)
-        width = itertools.repeat(self._width)
-        keys = map(operator.add, map(operator.mul, a_ids, width), b_ids)
-        values = map(operator.add, map(operator.mul, range(len(new_ids)), width), new_ids)
+        keys = map(operator.add, map(operator.mul, a_ids, itertools.repeat(self._width)), b_ids)
         # A repeated pair keeps its last rank, as the Rust HashMap does (and as dict() does).
-        return dict(zip(keys, values))
+        return dict(zip(keys, range(len(merged)))), merged
 
-    def _build_prefixed_merges(self, merges: Sequence[Tuple[str, str]]) -> Dict[int, int]:
+    def _build_prefixed_merges(self, left: Sequence[str], right: Sequence[str]) -> Tuple[Dict[int, int], List[int]]:
         """With a continuing-subword prefix the merged token drops the right part's prefix."""
         vocab = self.vocab
         strip = len(self.prefix.encode()) if self.prefix else 0
         table: Dict[int, int] = {}
-        for rank, (a, b) in enumerate(merges):
+        merged_ids: List[int] = []
+        for rank, (a, b) in enumerate(zip(left, right)):
             a_id, b_id = vocab.get(a), vocab.get(b)
             if a_id is None or b_id is None:
                 raise TokenizerError(f"BPE: merge token {a if a_id is None else b!r} is not in the vocabulary")
@@ -101,8 +139,9 @@ class BPE:
             new_id = vocab.get(merged)
             if new_id is None:
                 raise TokenizerError(f"BPE: merged token {merged!r} is not in the vocabulary")
-            table[a_id * self._width + b_id] = rank * self._width + new_id
-        return table
+            table[a_id * self._width + b_id] = rank
+            merged_ids.append(new_id)
+        return table, merged_ids
 
     @classmethod
     def from_json(cls, d: dict) -> "BPE":
@@ -112,16 +151,7 @@ class BPE:
         dropout = d.get("dropout")
         if dropout is not None and not 0.0 <= dropout <= 1.0:
             raise TokenizerError("BPE: dropout should be between 0 and 1, inclusive")
-        return cls(
-            vocab,
-            _parse_merges(merges),
-            unk_token=d.get("unk_token"),
-            continuing_subword_prefix=d.get("continuing_subword_prefix"),
-            end_of_word_suffix=d.get("end_of_word_suffix"),
-            fuse_unk=bool(d.get("fuse_unk")),
-            byte_fallback=bool(d.get("byte_fallback")),
-            ignore_merges=bool(d.get("ignore_merges")),
-        )
+        return cls(vocab, _parse_merges(merges), **_options(d))
 
     # -- the model interface -------------------------------------------------------
     def tokenize(self, word: str) -> List[int]:
@@ -263,12 +293,12 @@ class BPE:
             return ids
         if n >= _LINEAR_LIMIT:
             return self._merge_heap(ids)
-        get, width = self._merges.get, self._width
+        get, width, merged = self._merges.get, self._width, self._merged
         ranks = [get(a * width + b, _NONE) for a, b in zip(ids, ids[1:])]
         best = min(ranks)
         while best != _NONE:
             i = ranks.index(best)
-            ids[i] = best % width
+            ids[i] = merged[best]
             del ids[i + 1]
             del ranks[i]
             n -= 1
@@ -283,7 +313,7 @@ class BPE:
 
     def _merge_heap(self, ids: List[int]) -> List[int]:
         """The same merges in O(n log n), over a linked list of symbols."""
-        get, width = self._merges.get, self._width
+        get, width, merged_ids = self._merges.get, self._width, self._merged
         n = len(ids)
         syms: List[Optional[int]] = list(ids)
         nxt = list(range(1, n)) + [-1]
@@ -291,12 +321,12 @@ class BPE:
         heap = [(r, i) for i, r in enumerate(get(a * width + b) for a, b in zip(ids, ids[1:])) if r is not None]
         heapq.heapify(heap)
         while heap:
-            packed, i = heapq.heappop(heap)
+            rank, i = heapq.heappop(heap)
             j = nxt[i]
             left = syms[i]
-            if left is None or j < 0 or get(left * width + syms[j]) != packed:  # type: ignore[operator]
+            if left is None or j < 0 or get(left * width + syms[j]) != rank:  # type: ignore[operator]
                 continue  # stale entry
-            syms[i] = merged = packed % width
+            syms[i] = merged = merged_ids[rank]
             syms[j] = None
             k = nxt[i] = nxt[j]
             if k >= 0:
@@ -312,32 +342,49 @@ class BPE:
         return [s for s in syms if s is not None]
 
 
+def _options(d: dict) -> dict:
+    """The model's options from its JSON, as keyword arguments of ``BPE``."""
+    return {
+        "unk_token": d.get("unk_token"),
+        "continuing_subword_prefix": d.get("continuing_subword_prefix"),
+        "end_of_word_suffix": d.get("end_of_word_suffix"),
+        "fuse_unk": bool(d.get("fuse_unk")),
+        "byte_fallback": bool(d.get("byte_fallback")),
+        "ignore_merges": bool(d.get("ignore_merges")),
+    }
+
+
 def _columns(merges: Sequence[Tuple[str, str]]) -> Tuple[Sequence[str], Sequence[str]]:
     """The left and the right parts of every merge, as two sequences."""
     return list(map(operator.itemgetter(0), merges)), list(map(operator.itemgetter(1), merges))
 
 
-def _refuse_merges(vocab: Dict[str, int], merges: Sequence[Tuple[str, str]]) -> None:
+def _refuse_merges(vocab: Dict[str, int], left: Sequence[str], right: Sequence[str]) -> None:
     """Name the first merge whose parts or result the vocabulary lacks."""
-    for a, b in merges:
+    for a, b in zip(left, right):
+        if not isinstance(a, str) or not isinstance(b, str):
+            raise TokenizerError("BPE: merges must be all 'a b' strings or all [a, b] pairs")
         for token, what in ((a, "merge token"), (b, "merge token"), (a + b, "merged token")):
             if token not in vocab:
                 raise TokenizerError(f"BPE: {what} {token!r} is not in the vocabulary")
 
 
-def _parse_merges(merges: list) -> List[Tuple[str, str]]:
-    """Both serialised forms: ``"a b"`` strings (legacy) and ``["a", "b"]`` pairs; checked with C-level ``map``s."""
+def _parse_merges(merges: list) -> MergeColumns:
+    """Both serialised forms, ``"a b"`` strings (legacy) and ``["a", "b"]`` pairs, as
+    columns, checked with C-level ``map``s.  The parts' types are checked by the
+    vocabulary lookups that follow (``_refuse_merges`` names the culprit)."""
+    if not merges:
+        return MergeColumns([], [])
     kinds = set(map(type, merges))
-    if kinds <= {str}:
+    if kinds == {str}:
         if any(map(operator.methodcaller("startswith", "#version"), merges)):
             merges = [m for m in merges if not m.startswith("#version")]
-        pairs = list(map(operator.methodcaller("split", " "), merges))
-        if set(map(len, pairs)) - {2}:
-            n = next(i for i, p in enumerate(pairs) if len(p) != 2)
+        spaces = list(map(operator.methodcaller("count", " "), merges))
+        if set(spaces) - {1}:
+            n = next(i for i, k in enumerate(spaces) if k != 1)
             raise TokenizerError(f"BPE: merges invalid at line {n + 1}")
-        return pairs  # type: ignore[return-value]
+        parts = " ".join(merges).split(" ") if merges else []  # one space in each: parts alternate left, right
+        return MergeColumns(parts[0::2], parts[1::2])
     if kinds == {list} and set(map(len, merges)) == {2}:
-        left, right = _columns(merges)
-        if set(map(type, left)) | set(map(type, right)) == {str}:
-            return merges
+        return MergeColumns(*_columns(merges))
     raise TokenizerError("BPE: merges must be all 'a b' strings or all [a, b] pairs")
