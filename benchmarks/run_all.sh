@@ -86,4 +86,14 @@ rm -f "$SP262K"
 bench soak --duration 120 --interval 5 --tokenizer-worker-num 2 --svg "$IMG/soak-rss.svg" \
   --json "$OUT/soak.json"
 
+# mtok (N = 1, 2) before a real vLLM --skip-tokenizer-init against vLLM's own frontend: the same requests to
+# the same tiny model, CPU per request by process (about 10 more minutes).  It needs vLLM in its own venv
+# (python3 scripts/real_vllm.py install DIR) named by MTOK_VLLM_VENV; MTOK_VLLM_MODEL may name the model built.
+if [ -n "${MTOK_VLLM_VENV:-}" ]; then
+  bench vllm-frontend --venv "$MTOK_VLLM_VENV" ${MTOK_VLLM_MODEL:+--model "$MTOK_VLLM_MODEL"} --rounds 3 \
+    --duration 15 --json "$OUT/vllm-frontend.json"
+else
+  echo "MTOK_VLLM_VENV is not set: the vllm-frontend row is skipped" >&2
+fi
+
 "$PY" benchmarks/summarize.py "$OUT"

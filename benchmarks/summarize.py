@@ -124,6 +124,25 @@ def cpu_by_process(r: Dict[str, Any]) -> str:
     return "\n\nCPU ms per request, by process:\n\n" + "\n".join(lines) if lines else ""
 
 
+def vllm_frontend_table(doc: Dict[str, Any]) -> str:
+    """mtok before vLLM --skip-tokenizer-init beside vLLM's own frontend: a row per target and workload."""
+    r, p = doc["results"], doc["params"]
+    if "skipped" in r:
+        return f"(skipped: {r['skipped']})"
+    rows = [[f"{x['workload']}, {x['target']}", x["requests_per_s"], get(x, "ttft_ms.p50"), get(x, "e2e_ms.p50"),
+             get(x, "e2e_ms.p99"), get(x, "cpu.frontend"), get(x, "cpu.vllm_api_server"), get(x, "cpu.vllm_engine"),
+             _times(get(r, f"frontend_over_vllm_api_server.{x['workload']}.{x['target']}")) or "–", x["errors"]]
+            for x in r["rows"]]
+    size = next((x["mean_prompt_bytes"] for x in r["rows"] if x["workload"] == "completions"), "?")
+    what = (f"{p['input_len']}-token completions (~{fmt(size)} bytes) and three-turn chats, {p['output_len']} "
+            f"greedy tokens each (`ignore_eos`), streamed, concurrency {p['concurrency']}, {p['duration']:g} s "
+            f"after {p['warmup']:g} s warm-up; median of {p['rounds']} rounds; {len(p['check']['samples'])} sample answers were the same "
+            f"text on every target before the clock started")
+    return what + "\n\n" + md(["workload, target", "req/s", "TTFT p50 ms", "e2e p50 ms", "e2e p99 ms",
+                               "frontend CPU ms/req", "vLLM API server ms/req", "vLLM engine ms/req",
+                               "frontend / vLLM's", "errors"], rows)
+
+
 def sweep_table(doc: Dict[str, Any]) -> str:
     rows = [[r["server_kind"], r["workers"], r["requests_per_s"], r["output_tokens_per_s"],
              r["server_cpu_ms_per_request"], r["server_cores_busy"], get(r, "e2e_ms.p50"),
@@ -190,6 +209,7 @@ SECTIONS = [
     ("tokenizer", "Tokenizer throughput", tokenizer_table),
     ("tokenizer-262k", "Tokenizer throughput, a 262k SentencePiece-BPE file", tokenizer_table),
     ("soak", "Soak: two minutes of mixed load, two workers", soak_summary),
+    ("vllm-frontend", "mtok before a real vLLM (--skip-tokenizer-init) vs vLLM's own frontend", vllm_frontend_table),
 ]
 
 
