@@ -67,28 +67,7 @@ def test_a_reimplemented_library_imports_nothing_of_the_server(folder):
 
 
 # The layers, bottom to top: a module imports only from its own layer and those
-# below it.  A module's layer is its longest prefix here.
-#
-# - libraries: what mtok reimplements, standing alone (see above).
-# - base: what every layer refuses with or reads (APIError and the request
-#   checks, the settings and request-field tables, the boot handshake) and the
-#   package itself (its version; its lazy names are imported by name, not here).
-# - registry: the served models and their chat templates, made from the
-#   libraries; the settings check names them.
-# - wire: what crosses between processes (messages, settings, the status board
-#   and metrics).  SamplingParams takes its defaults from the field table, so the
-#   table is below it.
-# - transport: the HTTP server, the event loop and the connection watch.  It
-#   knows nothing of LLMs: it sits under the engines and the managers, and of the
-#   layers under it sees only TRANSPORT_SEES.  The routes are given to it (an
-#   app's marked methods, mtok.api.routes), so it never imports them; the request
-#   handle imports its watch (WATCH_AFTER, ClientDisconnected).
-# - engines: plugins the scheduler calls.
-# - managers: the process cores and their runners.
-# - routes: the rest of mtok.api, above the managers they submit to.
-# - processes: the HTTP worker process's runner, the supervisor, and the ways to
-#   embed mtok, each wiring routes to managers.
-# - bench: the benchmarks, which may use anything.
+# below it (why this order: test_imports_point_down).  Its layer is its longest prefix here.
 LAYERS = [
     ("libraries", ["mtok.tokenizer", "mtok.chat", "mtok.parsers"]),
     ("base", ["mtok", "mtok.validate", "mtok.flags", "mtok.fields", "mtok.procutil"]),
@@ -159,6 +138,30 @@ def graph():
 
 
 def test_imports_point_down():
+    """Every import points down :data:`LAYERS` (or stays in its layer).  Why this order:
+
+    - libraries: what mtok reimplements, standing alone (see above).
+    - base: what every layer refuses with or reads (APIError and the request
+      checks, the settings and request-field tables, the boot handshake), and
+      the package itself (its version; its lazy names are imported by name).
+    - registry: the served models and their chat templates, made from the
+      libraries; the settings check names them.
+    - wire: what crosses between processes (messages, settings, the status
+      board, metrics).  SamplingParams takes its defaults from the field table,
+      so the table is below the wire, beside the settings table.
+    - transport: the HTTP server, the event loop and the connection watch.  It
+      knows nothing of LLMs: it sits under the engines and the managers, and of
+      the layers under it sees only TRANSPORT_SEES.  It is told apart from the
+      routes module by module, since both live in mtok.api: the routes are given
+      to it (an app's marked methods, mtok.api.routes), so it never imports them,
+      and the request handle imports its watch (WATCH_AFTER, ClientDisconnected).
+    - engines: plugins the scheduler calls.
+    - managers: the process cores and their runners.
+    - routes: the rest of mtok.api, above the managers they submit to.
+    - processes: the HTTP worker process's runner (mtok.worker), the supervisor,
+      and the ways to embed mtok, each wiring routes to managers.
+    - bench: the benchmarks, which may use anything.
+    """
     transport = LAYERS.index(next(layer for layer in LAYERS if layer[0] == "transport"))
     up, seen = [], []
     for source, targets in sorted(graph().items()):

@@ -9,4 +9,9 @@
 (``parse``) through the one table of request fields, :mod:`mtok.fields`, and
 checked by :mod:`mtok.validate` and :mod:`mtok.managers.limits`; every refusal
 is an :class:`~mtok.validate.APIError`.
+
+Two layers live here: the transport (``listen``, ``framing``, ``connections``,
+``routes``, ``respond``, ``server``, ``inline``, the ``loop`` modules, ``offload``)
+knows nothing of LLMs and sits below the engines and managers; the routes sit
+above the managers they submit to (``tests/test_layout.py``'s ``LAYERS``).
 """
