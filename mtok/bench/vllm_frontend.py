@@ -245,10 +245,15 @@ def boot(real_vllm: Any, args: argparse.Namespace, logs: str) -> Dict[str, Any]:
                                              log_path=os.path.join(logs, "plain.log")),
                "ids_only": real_vllm.VLLMServer(args.venv, args.model, max_num_seqs=args.concurrency,
                                                 skip_tokenizer_init=True, log_path=os.path.join(logs, "ids.log"))}
-    for e in engines.values():
-        e.start()
-    for e in engines.values():
-        e.wait_healthy()
+    try:
+        for e in engines.values():
+            e.start()
+        for e in engines.values():
+            e.wait_healthy()
+    except BaseException:
+        for e in engines.values():
+            e.stop()  # every process it started, whichever failed
+        raise
     return engines
 
 
@@ -257,8 +262,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--venv", default=os.environ.get("MTOK_VLLM_VENV"),
                     help="the venv scripts/real_vllm.py install made (default: $MTOK_VLLM_VENV)")
-    ap.add_argument("--model", help="the tiny model's directory (scripts/real_vllm.py model DIR); built into a "
-                    "temporary directory when not given")
+    ap.add_argument("--model", help="the model's directory, used as it is (scripts/real_vllm.py model DIR "
+                    "makes the tiny one); built into a temporary directory when not given")
     ap.add_argument("--workloads", default="completions,chat", help="of completions, chat (default: %(default)s)")
     ap.add_argument("--tokenizer-worker-num", "--workers", dest="workers", default="1,2",
                     help="mtok's worker counts (default: %(default)s)")
@@ -292,8 +297,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"vllm-frontend: no real vLLM, so nothing to measure: {why}", file=sys.stderr)
         write_json(args.json, "vllm-frontend", params, {"skipped": why})
         return 0
+    if args.model and not os.path.isfile(os.path.join(args.model, "config.json")):
+        ap.error(f"--model {args.model}: no config.json there (make one with scripts/real_vllm.py model DIR)")
     logs = tempfile.mkdtemp(prefix="mtok-bench-vllm-")
-    args.model = real_vllm.model_dir(os.path.abspath(args.model or os.path.join(logs, "model")), args.venv)
+    args.model = os.path.abspath(args.model) if args.model else real_vllm.model_dir(os.path.join(logs, "model"),
+                                                                                    args.venv)
     params["model"] = args.model
     engines = boot(real_vllm, args, logs)
     try:
