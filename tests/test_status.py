@@ -28,7 +28,7 @@ def board():
 def test_a_worker_fails_its_requests_from_the_board_alone(board):
     """Even when the supervisor's notice never arrives, the next tick sees FAILED."""
     failed = []
-    tm = types.SimpleNamespace(failure=None, fail_all=failed.append)
+    tm = types.SimpleNamespace(failure=None, fail_all=failed.append, learn_context_lengths=lambda lengths: None)
     front = types.SimpleNamespace(board=board, slot=FIRST_WORKER_SLOT, tm=tm,
                                   httpd=types.SimpleNamespace(served=0, metrics=Metrics()))
     board.claim(SCHEDULER_SLOT, 4242)
