@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 
 import pytest
 
-from support import ROOT
+from support import ROOT, import_real, skip_real
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 
 SHARED_TEMPLATES = os.path.join(ROOT, "..", "shared", "chat_templates")
@@ -24,7 +24,7 @@ def shared_template(name: str) -> Dict[str, Any]:
     if name in REPO_TEMPLATE_NAMES:
         path = os.path.join(ROOT, "tests", "chat_templates", f"{name}.json")
     if not os.path.isfile(path):
-        pytest.skip(f"{path} is absent (the shared chat templates are not on this machine)")
+        skip_real(f"{path} is absent (the shared chat templates are not on this machine)")
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
@@ -67,7 +67,7 @@ def token_text(value: Any) -> Any:
 def jinja2_render(source: str, **context: Any) -> str:
     """The reference: jinja2 as transformers configures it (sandbox, trim/lstrip
     blocks, loopcontrols, its tojson, raise_exception, strftime_now)."""
-    jinja2 = pytest.importorskip("jinja2")
+    jinja2 = import_real("jinja2")
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message: str) -> None:

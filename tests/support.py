@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import importlib
 import json
 import os
 import re
@@ -164,7 +165,7 @@ def free_port() -> int:
 def shared_tokenizer(name: str) -> str:
     path = os.path.join(SHARED_TOKENIZERS, name)
     if not os.path.isfile(path):
-        pytest.skip(f"{path} is absent (the shared conformance tokenizers are not on this machine)")
+        skip_real(f"{path} is absent (the shared conformance tokenizers are not on this machine)")
     return path
 
 
@@ -172,12 +173,24 @@ REQUIRE_REAL = os.environ.get("MTOK_REQUIRE_REAL") == "1"
 
 
 def skip_real(reason: str) -> None:
-    """Skip a test of a real component (vLLM, SGLang's code, nginx) that is not
-    on this machine -- or fail it where ``MTOK_REQUIRE_REAL=1`` (``.ci/run``
-    sets it after installing them all), so CI never skips one silently."""
+    """Skip a test of a real component (vLLM, SGLang's code, nginx; the
+    references the ``test`` extra installs: tokenizers, transformers, jinja2,
+    openai, prometheus_client, hypothesis; ../shared's files) that is not on
+    this machine -- or fail it where ``MTOK_REQUIRE_REAL=1`` (``.ci/run`` sets
+    it after installing them all), so CI never skips one silently.  Tests of
+    what tox's envs never have carry the ``real`` marker (vLLM's ``real_vllm``):
+    tox deselects them."""
     if REQUIRE_REAL:
         pytest.fail(f"MTOK_REQUIRE_REAL=1 but {reason}", pytrace=False)
     pytest.skip(reason, allow_module_level=True)
+
+
+def import_real(name: str, reason: Optional[str] = None) -> Any:
+    """``pytest.importorskip`` for a real component's module, through :func:`skip_real`."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        skip_real(f"{reason or f'{name} is not installed'} ({e})")
 
 
 def hf_installed() -> bool:

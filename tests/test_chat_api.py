@@ -12,10 +12,10 @@ import random
 import pytest
 
 from chat_models import jinja2_render, model_dir, shared_template, special_tokens_of
-from support import ROOT, Server
+from support import ROOT, Server, import_real
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 
-openai = pytest.importorskip("openai")
+openai = import_real("openai")
 
 pytestmark = pytest.mark.fast
 

@@ -12,17 +12,18 @@ import sys
 
 import pytest
 
-from support import ROOT
+from support import ROOT, skip_real
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 
-if importlib.util.find_spec("sglang") is None:
-    pytest.skip("sglang is not installed (its bench_serving is the client under test)", allow_module_level=True)
+pytestmark = pytest.mark.real
 
 PROMPTS, INPUT_LEN, OUTPUT_LEN = 16, 64, 32
 
 
 @pytest.fixture(scope="module")
 def srv(server_factory):
+    if importlib.util.find_spec("sglang") is None:  # run in a subprocess: not imported here
+        skip_real("sglang is not installed (its bench_serving is the client under test)")
     return server_factory("--tokenizer-worker-num", "2",
                           "--chat-template", os.path.join(ROOT, "examples", "chat_template_echo_last.jinja"))
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("jinja2", reason="jinja2 not installed")
+from support import import_real
+
+import_real("jinja2", reason="jinja2 not installed")
 
 from mtok.chat import ChatTemplate, TemplateError  # noqa: E402
 

@@ -13,8 +13,9 @@ import os
 import pytest
 
 from chat_cases import SHARED_TEMPLATES, all_templates, contexts, outcome, real_templates
+from support import import_real, skip_real
 
-pytest.importorskip("jinja2", reason="jinja2 not installed")
+import_real("jinja2", reason="jinja2 not installed")
 
 from mtok.chat import ChatTemplate  # noqa: E402
 
@@ -40,7 +41,7 @@ def test_template_renders_as_jinja2_does_in_every_context(name):
 
 def test_the_shared_templates_are_all_used():
     if not os.path.isdir(SHARED_TEMPLATES):
-        pytest.skip(f"{SHARED_TEMPLATES} is absent (../shared is not on this machine)")
+        skip_real(f"{SHARED_TEMPLATES} is absent (../shared is not on this machine)")
     names = {n for n in real_templates() if n.startswith("shared/")}
     assert len(names) >= 4, names
 
@@ -55,7 +56,7 @@ def test_missing_special_tokens_render_as_jinja2_does():
 
 def test_the_jinja2_backend_is_transformers_environment():
     """The reference itself: our jinja2 backend renders as transformers' own compiled template."""
-    utils = pytest.importorskip("transformers.utils.chat_template_utils", reason="transformers not installed")
+    utils = import_real("transformers.utils.chat_template_utils", reason="transformers not installed")
     for name, (source, special) in sorted(TEMPLATES.items()):
         theirs = utils._compile_jinja_template(source)
         mine, ref = ChatTemplate(source, backend="python"), ChatTemplate(source, backend="jinja2")

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from support import ROOT
+from support import ROOT, import_real
 from mtok.chat import BACKENDS, ChatTemplate, Limits, TemplateError, available_backends, resolve_backend
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
@@ -174,7 +174,7 @@ def test_without_jinja2_auto_is_python_and_jinja2_is_refused():
 
 
 def test_the_jinja2_backend_is_bounded_too():
-    pytest.importorskip("jinja2", reason="jinja2 not installed")
+    import_real("jinja2", reason="jinja2 not installed")
     assert ChatTemplate("x").backend == "jinja2"
     src = "{% for i in range(100) %}{{ 'x' * 50 }}{% endfor %}"
     assert error_of(src, backend="jinja2", limits=Limits(max_output=1000)).kind == "limit"

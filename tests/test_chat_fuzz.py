@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("jinja2", reason="jinja2 not installed")
-hypothesis = pytest.importorskip("hypothesis")
+from support import import_real
+
+import_real("jinja2", reason="jinja2 not installed")
+hypothesis = import_real("hypothesis")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

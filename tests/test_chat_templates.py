@@ -17,6 +17,7 @@ from mtok.tokenizer import TokenizerFiles
 from mtok.tokenizer.load import load_tokenizer
 from mtok.models import ModelEntry
 from mtok.validate import APIError
+from support import import_real, skip_real
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
@@ -50,7 +51,7 @@ def backends():
 @pytest.fixture(scope="module")
 def transformers_tokenizers(tmp_path_factory):
     """name -> (model dir, transformers tokenizer) for each shared template."""
-    pytest.importorskip("transformers")
+    import_real("transformers")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
 
@@ -78,7 +79,7 @@ def cases():
 @pytest.mark.parametrize("name,conv,mode", list(cases()))
 def test_prompt_matches_transformers(transformers_tokenizers, name, conv, mode, backend):
     if backend not in backends():
-        pytest.skip(f"the {backend} chat template backend is not available here")
+        skip_real(f"the {backend} chat template backend is not available here")
     directory, hf = transformers_tokenizers[name]
     messages = CONVERSATIONS[conv]
     if conv == "parts" and content_format(shared_template(name)["chat_template"]) == "string":
@@ -106,8 +107,8 @@ def test_prompt_matches_transformers(transformers_tokenizers, name, conv, mode, 
 def test_context_matches_transformers(transformers_tokenizers, tmp_path, backend):
     """tools, documents, chat_template_kwargs and the special tokens, as a template sees them."""
     if backend not in backends():
-        pytest.skip(f"the {backend} chat template backend is not available here")
-    pytest.importorskip("transformers")
+        skip_real(f"the {backend} chat template backend is not available here")
+    import_real("transformers")
     from transformers import AutoTokenizer
 
     source = ("{{ bos_token }}|{{ eos_token }}|{{ unk_token }}|{{ pad_token }}|{{ image_token }}|"
@@ -255,7 +256,7 @@ def test_environment_globals_and_limits(tmp_path, backend):
     """strftime_now and raise_exception come with the template's environment; a render
     past the output limit is a 400, as any template failure."""
     if backend not in backends():
-        pytest.skip(f"the {backend} chat template backend is not available here")
+        skip_real(f"the {backend} chat template backend is not available here")
     import datetime
 
     source = ("{% if messages[0].content == 'boom' %}{{ raise_exception('no ' + messages[0].content) }}{% endif %}"

@@ -10,8 +10,9 @@ import json
 import pytest
 
 from chat_models import jinja2_render, model_dir, shared_template, special_tokens_of
+from support import import_real
 
-openai = pytest.importorskip("openai")
+openai = import_real("openai")
 
 pytestmark = pytest.mark.fast
 

@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from support import ROOT, parse_sse, wait_for
+from support import ROOT, import_real, parse_sse, wait_for
 from mtok.engines.echo import echo_logprob
 
 pytestmark = pytest.mark.fast
@@ -130,7 +130,7 @@ def test_streamed_logprobs_are_cumulative_like_the_text(srv):
 
 
 def test_openai_completions_logprobs_echo_and_n(srv):
-    openai = pytest.importorskip("openai")
+    openai = import_real("openai")
     client = openai.OpenAI(base_url=f"http://{srv.host}:{srv.port}/v1", api_key="x", max_retries=0, timeout=30)
     prompt = "Echo and score"
     ids = ids_of(srv, prompt)
@@ -157,7 +157,7 @@ def test_openai_completions_logprobs_echo_and_n(srv):
 
 
 def test_openai_chat_logprobs_and_n(srv):
-    openai = pytest.importorskip("openai")
+    openai = import_real("openai")
     client = openai.OpenAI(base_url=f"http://{srv.host}:{srv.port}/v1", api_key="x", max_retries=0, timeout=30)
     text = "Chat logprobs"
     n_tok = len(ids_of(srv, text))

@@ -2,8 +2,9 @@
 user would point at an SGLang server (with logprobs and cache flushes), N = 1
 and 2, and the frontend language's ``gen`` and ``select``.
 
-sglang is installed with ``pip install --no-deps sglang`` plus the few packages
-its client imports; it needs no GPU.  Without it these tests skip.
+sglang is installed with ``pip install --no-deps sglang`` plus the packages its
+client imports (.ci/requirements-real.txt); it needs no GPU.  Without it these
+tests skip (``skip_real``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,10 @@ import textwrap
 
 import pytest
 
-from support import ROOT
+from support import ROOT, skip_real
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 
-if importlib.util.find_spec("sglang") is None:
-    pytest.skip("sglang is not installed (its clients are what is under test)", allow_module_level=True)
-
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.real, pytest.mark.timeout(300)]
 
 PROMPTS, INPUT_LEN, OUTPUT_LEN = 8, 32, 16
 OFFLINE = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
@@ -39,6 +37,8 @@ RUNS = {
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["N1", "N2"])
 def srv(request, server_factory):
+    if importlib.util.find_spec("sglang") is None:  # run in a subprocess: not imported here
+        skip_real("sglang is not installed (its clients are what is under test)")
     return server_factory("--tokenizer-worker-num", str(request.param),
                           "--chat-template", os.path.join(ROOT, "examples", "chat_template_echo_last.jinja"))
 

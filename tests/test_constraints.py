@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from support import ROOT, Server
+from support import ROOT, Server, import_real
 from upstream_standin import SGLangStandIn, VLLMStandIn
 from mtok.parsers.base import Call, collect
 from mtok.parsers.forced import ForcedCalls, merged_defs, tool_call_schema
@@ -88,9 +88,10 @@ def test_the_constrained_output_is_read_as_json_streamed_as_one_shot(text, want)
 
 
 @pytest.mark.unit
+@pytest.mark.real
 def test_the_schema_matches_sglangs_own_builder():
-    """Differential, where SGLang imports (``--no-deps`` plus pydantic is enough)."""
-    utils = pytest.importorskip("sglang.srt.function_call.utils", reason="SGLang is not installed")
+    """Differential, where SGLang imports (.ci/requirements-real.txt)."""
+    utils = import_real("sglang.srt.function_call.utils", reason="SGLang is not installed")
     from sglang.srt.entrypoints.openai.protocol import Tool, ToolChoice
     from sglang.utils import convert_json_schema_to_str
     tools = TOOLS + [{"type": "function", "function": {"name": "deep", "parameters": {

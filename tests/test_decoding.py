@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support import SHARED_TOKENIZERS
+from support import SHARED_TOKENIZERS, skip_real
 from mtok.wire.args import ServerArgs
 from mtok.managers.decoding import find_stop, stop_holdback
 from mtok.managers.detokenizer import DetokenizerManager
@@ -116,7 +116,7 @@ def test_a_completion_keeps_the_space_its_first_token_begins_with():
     completion's first ``▁Good`` decoded alone is "Good", after the prompt " Good"."""
     name = "mistral-7b-v0.1.json"
     if name not in TOKENIZERS:
-        pytest.skip(f"{name} is not in {SHARED_TOKENIZERS}")
+        skip_real(f"{name} is not in {SHARED_TOKENIZERS}")
     detok, sched = detokenizer(name), scheduler(name)
     decoder = detok.decoders[detok.default_model]
     tok = decoder.tokenizer

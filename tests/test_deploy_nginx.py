@@ -17,11 +17,16 @@ import threading
 
 import pytest
 
-from support import parse_sse, wait_for
+from support import parse_sse, skip_real, wait_for
 from test_upstream_sglang import serving
 
-pytestmark = [pytest.mark.timeout(240), pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (apt-get install nginx)")]
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow, pytest.mark.real]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def nginx_installed():
+    if shutil.which("nginx") is None:
+        skip_real("nginx is not installed (apt-get install nginx)")
 
 CONF = os.path.join(os.path.dirname(__file__), "..", "examples", "deploy", "nginx.conf")
 

@@ -22,7 +22,7 @@ from mtok.managers.ahead import EncodeAhead
 from mtok.managers.tokenizer_manager import TokenizerManager
 from mtok.tokenizer.load import load_tokenizer
 from mtok.wire.args import PortArgs, ServerArgs
-from support import Server
+from support import Server, import_real
 
 TEXTS = ["The quick brown fox", "jumps over the lazy dog", "다람쥐 헌 쳇바퀴에 타고파", "def f(x):\n    return x"]
 
@@ -47,7 +47,7 @@ def turn_of(texts):
 
 @pytest.mark.unit
 def test_a_turns_prompts_are_tokenized_together_and_each_route_takes_its_own():
-    pytest.importorskip("tokenizers")
+    import_real("tokenizers")
     tm = manager(tokenizer_backend="hf")
     model = tm.default_model
     with EncodeAhead(tm).turn(turn_of(TEXTS)):
@@ -67,7 +67,7 @@ def test_a_turns_prompts_are_tokenized_together_and_each_route_takes_its_own():
 ])
 def test_which_prompts_are_tokenized_ahead(settings, texts, taken):
     if settings["tokenizer_backend"] == "hf":
-        pytest.importorskip("tokenizers")
+        import_real("tokenizers")
     tm = manager(**settings)
     with EncodeAhead(tm).turn(turn_of(texts)):
         assert len(tm.default_model.ahead) == taken
@@ -75,14 +75,14 @@ def test_which_prompts_are_tokenized_ahead(settings, texts, taken):
 
 @pytest.mark.unit
 def test_a_prompt_the_tokenizer_refuses_is_left_to_its_route():
-    pytest.importorskip("tokenizers")
+    import_real("tokenizers")
     tm = manager(tokenizer_backend="hf")
     with EncodeAhead(tm).turn(turn_of(["fine", "a lone surrogate \ud800 here"])):
         assert tm.default_model.ahead == {}
 
 
 def test_many_requests_at_once_each_get_their_own_prompt():
-    pytest.importorskip("tokenizers")
+    import_real("tokenizers")
     tok = load_tokenizer(None, "hf")
     srv = Server("--tokenizer-backend", "hf")
     try:

@@ -9,10 +9,11 @@ import threading
 
 import pytest
 
+from support import import_real
 from test_upstream_sglang import serving
 
-torch = pytest.importorskip("torch", reason="examples/hf_engine.py needs torch (pip install torch)")
-transformers = pytest.importorskip("transformers", reason="examples/hf_engine.py needs transformers")
+torch = import_real("torch", reason="examples/hf_engine.py needs torch (pip install torch)")
+transformers = import_real("transformers", reason="examples/hf_engine.py needs transformers")
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 import mtok
-from support import ROOT, Server, children_of, wait_for
+from support import ROOT, Server, children_of, import_real, wait_for
 from mtok.procutil import pid_alive
 from mtok.engines.echo import echo_embedding
 from test_launch import ReverseEngine
@@ -285,7 +285,7 @@ def test_apply_chat_template_refuses_what_it_cannot_do(probe_engine):
 
 
 def test_apply_chat_template_matches_transformers(probe_engine, tmp_path):
-    transformers = pytest.importorskip("transformers")
+    transformers = import_real("transformers")
     from chat_models import model_dir
 
     hf = transformers.AutoTokenizer.from_pretrained(model_dir(tmp_path, "probe", {}, jinja=PROBE))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-openai = pytest.importorskip("openai")
+from support import import_real
+
+openai = import_real("openai")
 
 from mtok.engines.echo import echo_embedding  # noqa: E402
 

@@ -15,10 +15,10 @@ import os
 
 import pytest
 
-from support import ROOT
+from support import ROOT, import_real
 from mtok.tokenizer import DEFAULT_TOKENIZER_DIR
 
-openai = pytest.importorskip("openai")
+openai = import_real("openai")
 
 pytestmark = pytest.mark.fast
 

@@ -1,5 +1,7 @@
 """mtok's parsers against SGLang's own, live, on the shared corpus plus random
-chunkings: skipped where SGLang is not installed (CI uses parser_fixtures.json).
+chunkings: .ci/run installs SGLang (.ci/requirements-real.txt); elsewhere
+these skip (``skip_real``) and test_parsers.py compares with the recorded
+parser_fixtures.json.
 
 Only the one-shot results are compared: SGLang's streaming parsers disagree with
 its one-shot ones on several cases (see ``sglang_stream_by_char`` in the
@@ -14,13 +16,20 @@ import pytest
 
 from mtok.parsers import make_reasoning_parser, make_tool_parser
 from parser_corpus import REASONING_CASES, RENDER, TOOL_CASES, TOOLS, lone_surrogate_call
+from support import import_real
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.real]
 
-pytest.importorskip("sglang.srt.function_call.function_call_parser",
-                    reason="SGLang is not installed; test_parsers.py compares with recorded results")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
-gen = pytest.importorskip("gen_parser_fixtures", reason="scripts/ not importable")
+import gen_parser_fixtures as gen  # noqa: E402  (SGLang's side: it imports sglang when called)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def sglang_parsers():
+    import_real("sglang.srt.function_call.function_call_parser",
+                "SGLang is not installed; test_parsers.py compares with recorded results")
+
+
 logging.getLogger("sglang").setLevel(logging.CRITICAL)
 logging.getLogger("mtok.parsers").setLevel(logging.CRITICAL)
 

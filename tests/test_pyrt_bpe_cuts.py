@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from mtok.tokenizer.pyrt import Tokenizer
 from mtok.tokenizer.pyrt.bpe import BPE, BYTE_TOKENS
 from mtok.tokenizer.pyrt.bpe_cuts import MARK, find_cuts, split_apart
+from support import import_real, skip_real
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
@@ -141,16 +142,16 @@ def _config(merges) -> str:
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(merges=vocabularies(), parts=st.lists(st.text(ALPHABET + " \nÿ", max_size=12), min_size=3, max_size=12))
 def test_random_vocabularies_and_texts_equal_to_tokenizers(merges, parts):
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = import_real("tokenizers")
     config = _config(merges)
     text = " ".join(parts) * 2  # past the length below which a word is merged whole
     assert Tokenizer.from_str(config).encode(text) == tokenizers.Tokenizer.from_str(config).encode(text).ids
 
 
 def test_mistral_is_cut_between_classes_and_equal_to_tokenizers_on_code():
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = import_real("tokenizers")
     if not os.path.exists(MISTRAL):
-        pytest.skip(f"no {MISTRAL}")
+        skip_real(f"no {MISTRAL}")
     from mtok.bench.tokenizer import documents
 
     mine, ref = Tokenizer.from_file(MISTRAL), tokenizers.Tokenizer.from_file(MISTRAL)

@@ -7,7 +7,9 @@ import unicodedata
 
 import pytest
 
-tokenizers = pytest.importorskip("tokenizers")
+from support import import_real
+
+tokenizers = import_real("tokenizers")
 
 from mtok.tokenizer.pyrt._chars import WHITE_SPACE, charset  # noqa: E402
 

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtok.tokenizer.pyrt import Tokenizer
-from support import skip_real
+from support import import_real, skip_real
 
 pytestmark = [pytest.mark.unit]
 
@@ -37,7 +37,7 @@ PATH = os.environ.get("MTOK_GEMMA3_TOKENIZER") or os.path.join(
 
 if not os.path.isfile(PATH):
     skip_real(f"no Gemma-3 tokenizer.json at {PATH} (set MTOK_GEMMA3_TOKENIZER; see this module's docstring)")
-tokenizers = pytest.importorskip("tokenizers")
+tokenizers = import_real("tokenizers")
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. It's 3:45 p.m. -- isn't it?",

@@ -12,6 +12,7 @@ from mtok.tokenizer import TokenizerError
 from mtok.tokenizer.pyrt.unigram import Unigram, serde_f64
 from mtok.tokenizer.pyrt.wordlevel import WordLevel
 from mtok.tokenizer.pyrt.wordpiece import WordPiece
+from support import import_real, skip_real
 
 pytestmark = pytest.mark.unit
 
@@ -99,7 +100,7 @@ NUMBERS = [
 
 
 def test_serde_f64_matches_tokenizers():
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = import_real("tokenizers")
     vocab = ",".join('["p%d", %s]' % (i, t) for i, t in enumerate(NUMBERS))
     doc = ('{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,'
            '"pre_tokenizer":null,"post_processor":null,"decoder":null,'
@@ -138,7 +139,7 @@ def test_wordlevel():
 # -- differential tests ------------------------------------------------------------------
 
 def _hf_model_tokenizer(model):
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = import_real("tokenizers")
     return tokenizers.Tokenizer(model)
 
 
@@ -151,7 +152,7 @@ def _check(ours, theirs, words):
 
 @pytest.fixture(scope="module")
 def trained():
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = import_real("tokenizers")
     from tokenizers import models, pre_tokenizers, trainers
 
     out = {}
@@ -172,14 +173,14 @@ def trained():
 
 def _hf_unigram(d):
     """tokenizers' Unigram as tokenizers reads it from JSON (its float parsing matters)."""
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = import_real("tokenizers")
     doc = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
            "pre_tokenizer": None, "post_processor": None, "decoder": None, "model": dict(d, type="Unigram")}
     return tokenizers.Tokenizer.from_str(json.dumps(doc))
 
 
 def _hf_wordpiece(d):
-    models = pytest.importorskip("tokenizers.models")
+    models = import_real("tokenizers.models")
 
     return _hf_model_tokenizer(models.WordPiece(d["vocab"], unk_token=d["unk_token"],
                                                 max_input_chars_per_word=d["max_input_chars_per_word"]))
@@ -206,7 +207,7 @@ def test_trained_wordpiece_and_wordlevel(trained):
     for limit in (3, 10):
         d2 = dict(d, max_input_chars_per_word=limit)
         _check(WordPiece.from_json(d2), _hf_wordpiece(d2), WORDS)
-    models = pytest.importorskip("tokenizers.models")
+    models = import_real("tokenizers.models")
     d = trained["wordlevel"]
     _check(WordLevel.from_json(d), _hf_model_tokenizer(models.WordLevel(d["vocab"], unk_token=d["unk_token"])), WORDS)
 
@@ -214,7 +215,7 @@ def test_trained_wordpiece_and_wordlevel(trained):
 def _shared_model(name):
     path = os.path.join(SHARED, name)
     if not os.path.exists(path):
-        pytest.skip(f"no {name} in {SHARED} (../shared/tokenizers is not on this machine)")
+        skip_real(f"no {name} in {SHARED} (../shared/tokenizers is not on this machine)")
     with open(path, encoding="utf-8") as f:
         return json.load(f)["model"]
 
@@ -231,7 +232,7 @@ def test_bert_wordpiece_vocabulary():
 
 
 def test_hypothesis_words(trained):
-    hypothesis = pytest.importorskip("hypothesis")
+    hypothesis = import_real("hypothesis")
     st = hypothesis.strategies
     alphabet = "".join(sorted({c for line in CORPUS for c in line if c != " "})) + "xyzQ∰\u2581"
     pairs = [

@@ -12,6 +12,7 @@ from mtok.tokenizer import TokenizerError
 from mtok.tokenizer.pyrt import crate_tables
 from mtok.tokenizer.pyrt.normalizers import NORMALIZERS, aligned_prefix, lowercase, normalizer_from_json
 from mtok.tokenizer.pyrt.precompiled import CharsMap, Precompiled
+from support import import_real, skip_real
 
 pytestmark = pytest.mark.unit
 
@@ -116,7 +117,7 @@ def test_empty_charsmap_is_identity():
 def _t5_normalizer_json():
     path = os.path.join(SHARED, "t5-small.json")
     if not os.path.exists(path):
-        pytest.skip(f"no t5-small.json in {SHARED} (../shared/tokenizers is not on this machine)")
+        skip_real(f"no t5-small.json in {SHARED} (../shared/tokenizers is not on this machine)")
     with open(path, encoding="utf-8") as f:
         return json.load(f)["normalizer"]
 
@@ -134,7 +135,7 @@ def test_precompiled_clusters_and_prefix_rule():
 # -- differential tests against tokenizers ----------------------------------------------
 
 def _hf(d):
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = import_real("tokenizers")
     doc = {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": d,
         "pre_tokenizer": None, "post_processor": None, "decoder": None,
@@ -218,15 +219,15 @@ def test_lowercase_matches_rust_on_every_assigned_character():
 
 
 def _hypothesis_text():
-    st = pytest.importorskip("hypothesis.strategies")
+    st = import_real("hypothesis.strategies")
     pieces = "aAzZ09 \t\n\r\x0b\x1c\x85\xa0\u3000\u2028ΣσςİßẞK\u0301\u0308\u200d\ufe0f\ufeff\x00中ｶﾞ가\u1100\u1161\u11a8😀🏽🇫\u0915\u094d\u0937²ﬁ"
     assigned = st.characters(blacklist_categories=("Cs", "Cn"), max_codepoint=0x2FFFF)
     return st.text(st.one_of(st.sampled_from(pieces), assigned), max_size=30)
 
 
 def test_hypothesis_strings():
-    pytest.importorskip("tokenizers")
-    hypothesis = pytest.importorskip("hypothesis")
+    import_real("tokenizers")
+    hypothesis = import_real("hypothesis")
     configs = CONFIGS + ([_t5_normalizer_json()] if os.path.exists(os.path.join(SHARED, "t5-small.json")) else [])
     pairs = [(normalizer_from_json(d), _hf(d)) for d in configs]
 
@@ -243,7 +244,7 @@ def test_hypothesis_strings():
 
 def _hf_aligned_prefix(d, text):
     """Leading characters of the normalized text whose original offset is 0, per tokenizers."""
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = import_real("tokenizers")
     out = _hf(d).normalize_str(text)
     if not out:
         return 0
@@ -291,8 +292,8 @@ def test_aligned_prefix_of_t5_precompiled():
 
 
 def test_aligned_prefix_hypothesis():
-    pytest.importorskip("tokenizers")
-    hypothesis = pytest.importorskip("hypothesis")
+    import_real("tokenizers")
+    hypothesis = import_real("hypothesis")
     configs = ALIGN_CONFIGS + ([_t5_normalizer_json()] if os.path.exists(os.path.join(SHARED, "t5-small.json")) else [])
     ours = [normalizer_from_json(d) for d in configs]
     st = hypothesis.strategies

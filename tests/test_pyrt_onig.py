@@ -13,6 +13,7 @@ import pytest
 
 from mtok.tokenizer import TokenizerError
 from mtok.tokenizer.pyrt.onig import OnigError, OnigUnsupported, compile_onig, find_spans, translate
+from support import import_real, skip_real
 
 pytestmark = pytest.mark.unit
 
@@ -273,21 +274,21 @@ def _shared_patterns():
 
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_matches_tokenizers_on_corpus(pattern):
-    pytest.importorskip("tokenizers")
+    import_real("tokenizers")
     _check(pattern, CORPUS)
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="native possessive quantifiers need Python 3.11")
 @pytest.mark.parametrize("pattern", [CL100K_POSSESSIVE, r"(?>a+|b)+c", r"x*+y|x"])
 def test_emulation_matches_tokenizers_on_new_pythons_too(pattern):
-    pytest.importorskip("tokenizers")
+    import_real("tokenizers")
     _check(pattern, CORPUS, native=False)
 
 
 def test_patterns_of_shared_tokenizer_files():
-    pytest.importorskip("tokenizers")
+    import_real("tokenizers")
     if not os.path.isdir(SHARED):
-        pytest.skip(f"no tokenizer files at {SHARED} (../shared/tokenizers is not on this machine)")
+        skip_real(f"no tokenizer files at {SHARED} (../shared/tokenizers is not on this machine)")
     patterns = _shared_patterns()
     assert patterns, "expected at least the cl100k Split regex"
     for pattern in patterns:
@@ -298,7 +299,7 @@ def test_patterns_of_shared_tokenizer_files():
     "pattern", [r"x|(?=z)", r"a*|b", r"^", r"$", r"\b", r"\s*", r"(?<=\n)", r"", r"\B", r" ?(?=\p{Lu})"]
 )
 def test_empty_matches_as_replace_sees_them(pattern):
-    pytest.importorskip("tokenizers")
+    import_real("tokenizers")
     for text in CORPUS + ["xyz", "ab", "a\nb\n", "Hello World", "aB"]:
         if text:  # tokenizers never searches an empty string
             assert _py_replace(pattern, text) == _hf_replace(pattern, text), (pattern, text)
@@ -325,12 +326,12 @@ def _assigned_sample():
      r"[^\s\p{L}\p{N}]", r"\p{Lu}", r"\p{Lo}", r"[\w]", r"[[:punct:]]", r"(?i)[a-z]", r"(?i)[^\s\p{L}]"],
 )
 def test_classes_agree_on_every_assigned_character(cls):
-    pytest.importorskip("tokenizers")
+    import_real("tokenizers")
     _check("(?:%s)+" % cls, [_assigned_sample()])
 
 
 def _hypothesis_text():
-    st = pytest.importorskip("hypothesis.strategies")
+    st = import_real("hypothesis.strategies")
     pieces = (
         "aAzZ09 \t\n\r\x0b\x0c\x1c\x1f\x85\xa0\u2028\u3000'sSſ_-.,!?\"'()[]{}/\\|é\u0301ßẞK\u212a"
         "ΣσςЖжאب٣३中文カ한😀👍🏽\u200d\u200c\ufe0f①½²"
@@ -342,8 +343,8 @@ def _hypothesis_text():
 
 
 def test_hypothesis_strings():
-    pytest.importorskip("tokenizers")
-    hypothesis = pytest.importorskip("hypothesis")
+    import_real("tokenizers")
+    hypothesis = import_real("hypothesis")
 
     @hypothesis.settings(max_examples=int(os.environ.get("PYRT_EXAMPLES", 300)), deadline=None, derandomize=True)
     @hypothesis.given(text=_hypothesis_text(), index=hypothesis.strategies.integers(0, len(PATTERNS) - 1))

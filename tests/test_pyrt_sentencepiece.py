@@ -16,7 +16,9 @@ import os
 
 import pytest
 
-tokenizers = pytest.importorskip("tokenizers")
+from support import import_real, skip_real
+
+tokenizers = import_real("tokenizers")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -80,7 +82,7 @@ def _no_fallback() -> dict:
 
 def _mistral() -> dict:
     if not os.path.exists(MISTRAL):
-        pytest.skip(f"no {MISTRAL} (../shared/tokenizers is absent in a fresh clone elsewhere)")
+        skip_real(f"no {MISTRAL} (../shared/tokenizers is absent in a fresh clone elsewhere)")
     with open(MISTRAL, encoding="utf-8") as f:
         return json.load(f)
 

@@ -12,7 +12,9 @@ import os
 
 import pytest
 
-openai = pytest.importorskip("openai")
+from support import import_real
+
+openai = import_real("openai")
 
 pytestmark = pytest.mark.fast
 
