@@ -192,6 +192,8 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
 
     @route("POST", "/detokenize", "/v1/detokenize", inline=True)
     def detokenize(self, req: Request) -> Any:
+        """The text of ``tokens``, under ``--detokenize-key``: SGLang's ``text``,
+        vLLM's ``prompt``, or both (the default, so a client of either reads it)."""
         got = fields.read(require_object(req.json()), fields.DETOK, self.args.strict_fields)
         model = self.tm.model(got.get("model"))
         if "tokens" not in got:
@@ -199,7 +201,8 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
         tokens = got["tokens"]
         model.check_ids([tokens], "tokens")
         text = model.tokenizer.decode(tokens, fields.value(got, fields.DETOK, "skip_special_tokens"))
-        return {"text": text, "prompt": text}  # SGLang's key and vLLM's
+        key = self.args.detokenize_key
+        return {"text": text, "prompt": text} if key == "both" else {key: text}
 
     @route("GET", "/tokenizer_info")
     def tokenizer_info(self, req: Request) -> Any:
