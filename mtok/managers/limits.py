@@ -17,7 +17,7 @@ new tokens that fit instead, :func:`mtok.managers.prepare.fit_budget_to_logprobs
 so no request a peer serves with its defaults is refused for it).  Plain
 generation needs no such bound: each sample is a request of its own, held
 to the context length and counted against the queue limits.  The limits are
-flags (see :mod:`mtok.wire.args`) and the README's Operations section lists them.
+flags (see :mod:`mtok.wire.args`) and docs/operations.md lists them.
 
 Request ids: a generated id is ``mtok-`` and 128 random bits, so nobody can
 guess the next one to claim it or abort it; a client-supplied ``rid`` may not
