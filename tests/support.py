@@ -37,6 +37,15 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, what: str
         time.sleep(interval)
 
 
+def vm_kib(pid: int, field: str) -> int:
+    """A field of /proc/PID/status in KiB (VmRSS, VmHWM): a process's memory, read without asking it."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
 def children_of(pid: int) -> List[int]:
     """Every live descendant of ``pid``, from /proc."""
     parents: Dict[int, List[int]] = {}

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from mtok import fields
+from support import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PINNED = os.path.join(ROOT, "tests", "data", "pinned_request_fields.json")
 
 # Which part of mtok serves each pinned schema.

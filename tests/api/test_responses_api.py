@@ -12,13 +12,12 @@ import os
 
 import pytest
 
-from support import import_real
+from support import ROOT, import_real
 
 openai = import_real("openai")
 
 pytestmark = pytest.mark.fast
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAYS = ('<think>Needs a tool.</think>Checking.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}'
         '</tool_call>END')
 TOOLS = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]

@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from support import parse_sse, skip_real, wait_for
+from support import ROOT, parse_sse, skip_real, wait_for
 from test_upstream_sglang import serving
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow, pytest.mark.real]
@@ -28,7 +28,7 @@ def nginx_installed():
     if shutil.which("nginx") is None:
         skip_real("nginx is not installed (apt-get install nginx)")
 
-CONF = os.path.join(os.path.dirname(__file__), "..", "examples", "deploy", "nginx.conf")
+CONF = os.path.join(ROOT, "examples", "deploy", "nginx.conf")
 
 
 def free_port():

@@ -17,8 +17,7 @@ import time
 import pytest
 
 from mtok.engines.upstream_limits import Budget, Limits, Malformed, lines, sse_events
-from support import children_of, parse_sse, wait_for
-from test_http_framing import vm_kib
+from support import children_of, parse_sse, vm_kib, wait_for
 from test_upstream_sglang import serving
 from upstream_standin import SGLangStandIn, VLLMStandIn
 

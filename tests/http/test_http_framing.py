@@ -10,7 +10,7 @@ from typing import List, Tuple
 
 import pytest
 
-from support import wait_for
+from support import vm_kib, wait_for
 
 pytestmark = pytest.mark.fast
 
@@ -129,14 +129,6 @@ def test_chunk_size_is_hex_digits_only(srv, size):
     payload = (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + size
                + b"\r\n" + b'{"prompt": "x"}' + b"\r\n0\r\n\r\n" + SMUGGLED)
     assert_refused_and_closed(srv, payload)
-
-
-def vm_kib(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
 def test_negative_chunk_size_cannot_read_past_the_limit(srv):

@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 
 from mtok.parsers import collect, make_reasoning_parser, make_tool_parser
 from parser_corpus import LONE_SURROGATE_ARGS, REASONING_CASES, TOOL_CASES, TOOLS, lone_surrogate_call
+from support import ROOT
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 logging.getLogger("mtok.parsers").setLevel(logging.CRITICAL)
 
-with open(os.path.join(os.path.dirname(__file__), "parser_fixtures.json"), encoding="utf-8") as _f:
+with open(os.path.join(ROOT, "tests", "parser_fixtures.json"), encoding="utf-8") as _f:
     FIXTURES = json.load(_f)
 
 

@@ -16,11 +16,11 @@ import pytest
 
 from mtok.parsers import make_reasoning_parser, make_tool_parser
 from parser_corpus import REASONING_CASES, RENDER, TOOL_CASES, TOOLS, lone_surrogate_call
-from support import import_real
+from support import ROOT, import_real
 
 pytestmark = [pytest.mark.unit, pytest.mark.real]
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import gen_parser_fixtures as gen  # noqa: E402  (SGLang's side: it imports sglang when called)
 
 

@@ -12,10 +12,9 @@ import pytest
 
 from mtok import flags
 from mtok.wire.args import ServerArgs
+from support import ROOT
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def readme_flag_table() -> str:

@@ -210,7 +210,7 @@ def test_settings_are_checked():
     assert set(leftovers(os.getpid())) == before
 
 
-ECHO_LAST = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+ECHO_LAST = os.path.join(ROOT, "examples",
                          "chat_template_echo_last.jinja")
 
 

@@ -20,11 +20,10 @@ from hypothesis import strategies as st
 from mtok.tokenizer.pyrt import Tokenizer
 from mtok.tokenizer.pyrt.bpe import BPE, BYTE_TOKENS
 from mtok.tokenizer.pyrt.bpe_cuts import MARK, find_cuts, split_apart
-from support import import_real, skip_real
+from support import ROOT, import_real, skip_real
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MISTRAL = os.path.join(ROOT, "..", "shared", "tokenizers", "mistral-7b-v0.1.json")
 # the classes a SentencePiece trainer keeps apart, for building vocabularies; "\n" and "ÿ" stay unknown
 CLASSES = {"letter": "abé\u0301ж", "digit": "129", "rest": "._()²-"}

@@ -12,11 +12,10 @@ from mtok.tokenizer import TokenizerError
 from mtok.tokenizer.pyrt.unigram import Unigram, serde_f64
 from mtok.tokenizer.pyrt.wordlevel import WordLevel
 from mtok.tokenizer.pyrt.wordpiece import WordPiece
-from support import import_real, skip_real
+from support import ROOT, import_real, skip_real
 
 pytestmark = pytest.mark.unit
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 
 _SYLLABLES = {

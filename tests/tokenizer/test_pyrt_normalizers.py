@@ -12,11 +12,10 @@ from mtok.tokenizer import TokenizerError
 from mtok.tokenizer.pyrt import crate_tables
 from mtok.tokenizer.pyrt.normalizers import NORMALIZERS, aligned_prefix, lowercase, normalizer_from_json
 from mtok.tokenizer.pyrt.precompiled import CharsMap, Precompiled
-from support import import_real, skip_real
+from support import ROOT, import_real, skip_real
 
 pytestmark = pytest.mark.unit
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 
 CORPUS = [

@@ -13,11 +13,10 @@ import pytest
 
 from mtok.tokenizer import TokenizerError
 from mtok.tokenizer.pyrt.onig import OnigError, OnigUnsupported, compile_onig, find_spans, translate
-from support import import_real, skip_real
+from support import ROOT, import_real, skip_real
 
 pytestmark = pytest.mark.unit
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"

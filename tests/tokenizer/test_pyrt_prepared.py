@@ -14,11 +14,11 @@ import pytest
 
 from mtok.tokenizer.pyrt import Tokenizer
 from mtok.tokenizer.pyrt import prepared
-from support import skip_real
+from support import ROOT, skip_real
 
 pytestmark = [pytest.mark.unit]
 
-SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "tokenizers")
+SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 MISTRAL = os.path.join(SHARED, "mistral-7b-v0.1.json")
 GPT2 = os.path.join(SHARED, "gpt2.json")
 if not os.path.isfile(MISTRAL):

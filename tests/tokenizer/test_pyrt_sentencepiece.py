@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from support import import_real, skip_real
+from support import ROOT, import_real, skip_real
 
 tokenizers = import_real("tokenizers")
 
@@ -29,7 +29,6 @@ from mtok.tokenizer.pyrt import Tokenizer  # noqa: E402
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 MARK = "\u2581"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MISTRAL = os.path.join(ROOT, "..", "shared", "tokenizers", "mistral-7b-v0.1.json")
 PHI3_TOKENS = [("<|user|>", True), ("<|assistant|>", True), ("<|end|>", True), ("<|system|>", True)]
 

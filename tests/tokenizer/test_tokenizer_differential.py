@@ -15,7 +15,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from support import import_real, skip_real
+from support import ROOT, import_real, skip_real
 
 tokenizers = import_real("tokenizers")
 
@@ -28,7 +28,6 @@ from mtok.tokenizer.pyrt import Tokenizer  # noqa: E402
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
 SHARED_FILES = sorted(f for f in os.listdir(SHARED) if f.endswith(".json")) if os.path.isdir(SHARED) else []
 CASES = [f"shared:{f}" for f in SHARED_FILES] + [f"family:{name}" for name in families.FAMILIES]
