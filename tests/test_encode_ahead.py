@@ -14,7 +14,7 @@ import socket
 
 import pytest
 
-from mtok.api.inline import Plan
+from mtok.api.intake import Plan
 from mtok.api.native import Api
 from mtok.api.routes import Request
 from mtok.managers import prepare

@@ -1,5 +1,5 @@
-"""The HTTP event loop (mtok/api/loop.py) and its seams: what it serves itself,
-what it hands to a handler thread with the bytes it read, how workers on one
+"""The HTTP event loop (mtok/api/loop.py) and its seams: how it reads a request
+out of the bytes a connection sent (mtok/api/intake.py), how workers on one
 socket share connections, and the same behaviour with --http-threads-only."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from mtok.api import inline
+from mtok.api import intake
 from mtok.api.routes import Pending, Request, Response, collect_routes, route
 from mtok.wire.status import FIRST_WORKER_SLOT, SlotState, StatusBoard
 from support import Server, wait_for
@@ -69,9 +69,9 @@ def generate(text: str, n: int = 3, stream: bool = False):
 
 
 @pytest.mark.timeout(60)
-def test_pipelined_requests_are_answered_in_order_across_a_hand_over(srv):
-    """Plain requests (the loop's), a stream (a thread's, from the bytes the loop
-    read) and plain requests again, all sent at once on one connection."""
+def test_pipelined_requests_are_answered_in_order_streams_among_them(srv):
+    """Plain requests, a stream and plain requests again, all sent at once on one
+    connection: the stream's answer waits its turn, and the next ones wait for it."""
     reqs = [post("/tokenize", {"prompt": "one two"}), post("/generate", generate("alpha beta")),
             post("/generate", generate("gamma delta", 4, stream=True)), post("/tokenize", {"prompt": "x"}),
             post("/generate", generate("last one"), close=True)]
@@ -188,21 +188,40 @@ class _Httpd:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("raw, why", [
-    (b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", "a route that may wait"),
-    (b"POST /fast HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", "chunked"),
-    (b"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n", "Expect"),
-    (b"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n{\"stream\": true}", "a stream"),
-    (b"HEAD /fast HTTP/1.1\r\nHost: x\r\n\r\n", "HEAD"),
-    (b"POST /fast HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", "no Host: a 400 a thread writes"),
-    (b"POST /fast HTTP/1.1\nHost: x\n", "a bare LF, before the head ends"),
-    (b"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\n{}", "not JSON"),
-    (b"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", "a body too large to inline"),
+@pytest.mark.parametrize("raw, status, close", [
+    (b"HEAD /fast HTTP/1.1\r\nHost: x\r\n\r\n", 405, False),
+    (b"POST /fast HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 400, True),  # no Host
+    (b"POST /fast HTTP/1.1\nHost: x\n", 400, True),  # a bare LF, refused before the head ends
+    (b"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\n{}", 415, True),
+    (b"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", 413, True),
+    (b"POST /fast HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\n", 400, True),
+    (b"POST /fast HTTP/1.1\r\nHost: x\r\n\r\n", 411, False),
+    (b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n", 404, True),  # its body is unread
 ])
-def test_what_the_loop_hands_to_a_thread(raw, why):
-    buf = bytearray(raw)
-    assert inline.take(_Httpd(), buf) is inline.HAND_OVER, why
-    assert buf == raw  # a thread reads every byte again
+def test_what_the_reader_refuses_and_whether_the_connection_closes(raw, status, close):
+    plan = intake.take(_Httpd(), bytearray(raw), intake.Progress())
+    assert plan.error is not None and plan.error.status == status and plan.close is close
+
+
+@pytest.mark.unit
+def test_every_framing_is_read_by_the_loop():
+    chunked = b"POST /fast HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n5\r\n\": 1}\r\n0\r\n\r\n"
+    progress, buf = intake.Progress(), bytearray()
+    for i in range(len(chunked) - 1):  # byte by byte: it waits until the last
+        buf.append(chunked[i])
+        assert intake.take(_Httpd(), buf, progress) is intake.WAIT, i
+    buf.append(chunked[-1])
+    plan = intake.take(_Httpd(), buf, progress)
+    assert plan.handler(plan.request) == {"got": {"a": 1}} and buf == b""
+    expect = b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n"
+    buf = bytearray(expect)
+    assert intake.take(_Httpd(), buf, progress) is intake.CONTINUE  # once, after the gate
+    assert intake.take(_Httpd(), buf, progress) is intake.WAIT
+    buf += b"{}"
+    plan = intake.take(_Httpd(), buf, progress)
+    assert plan.request.raw == b"{}" and plan.handler is not None and not getattr(plan.handler, "inline", False)
+    refused = bytearray(expect.replace(b"/slow", b"/nowhere"))
+    assert intake.take(_Httpd(), refused, intake.Progress()).error.status == 404  # no 100 for a refusal
 
 
 @pytest.mark.unit
@@ -210,16 +229,19 @@ def test_what_the_loop_serves_and_what_it_waits_for():
     httpd = _Httpd()
     one = b"POST /fast HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\n{\"a\": 1}"
     for cut in (5, len(one) - 8, len(one) - 1):
-        assert inline.take(httpd, bytearray(one[:cut])) is inline.WAIT, cut
+        assert intake.take(httpd, bytearray(one[:cut]), intake.Progress()) is intake.WAIT, cut
     buf = bytearray(one + one[:10])
-    plan = inline.take(httpd, buf)
+    plan = intake.take(httpd, buf, intake.Progress())
     assert plan.handler(plan.request) == {"got": {"a": 1}} and not plan.close
     assert buf == one[:10]  # the next request's bytes stay
-    assert inline.take(_Httpd(draining=True), bytearray(one)) is inline.HAND_OVER
-    assert inline.take(_Httpd(api_key=b"k"), bytearray(one)) is inline.HAND_OVER  # a thread answers the 401
+    draining = intake.take(_Httpd(draining=True), bytearray(one), intake.Progress())
+    assert draining.error.status == 503 and draining.close
+    assert intake.take(_Httpd(api_key=b"k"), bytearray(one), intake.Progress()).error.status == 401
     keyed = one.replace(b"Host: x\r\n", b"Host: x\r\nAuthorization: Bearer k\r\nConnection: close\r\n")
-    plan = inline.take(_Httpd(api_key=b"k"), bytearray(keyed))
+    plan = intake.take(_Httpd(api_key=b"k"), bytearray(keyed), intake.Progress())
     assert plan.close and plan.request.path == "/fast"
+    cut = intake.take(httpd, bytearray(one[:-1]), intake.Progress(), eof=True)
+    assert cut.error.status == 400 and cut.close  # a request cut short
 
 
 @pytest.mark.unit

@@ -16,7 +16,7 @@ import struct
 
 import pytest
 
-from mtok.api import inline
+from mtok.api import intake
 from mtok.api.routes import Pending, Request, route
 from support import ROOT, serving_in_process, wait_for
 
@@ -125,12 +125,12 @@ def test_a_route_bug_is_a_500_with_a_json_body(buggy, path):
 def test_a_bug_in_the_loop_itself_is_a_500_too(buggy, monkeypatch):
     port, mode = buggy
     if mode != "loop":
-        pytest.skip("the handler threads do not call inline.take")
+        pytest.skip("the handler threads do not call intake.take")
 
-    def broken(httpd, buf):
+    def broken(httpd, buf, progress, eof=False):
         raise RuntimeError("a bug in reading the request")
 
-    monkeypatch.setattr(inline, "take", broken)
+    monkeypatch.setattr(intake, "take", broken)
     status, ctype, raw = get(port, "/ok")
     assert (status, ctype) == (500, "application/json") and json.loads(raw)["error"]["code"] == 500, raw
     monkeypatch.undo()

@@ -22,7 +22,7 @@ from .chat_parsing import OutputParser, make_output_parser
 from .chat_prompt import ChatInput, parse_chat_input, render_prompt
 from .chat_tools import check_tool_request
 from .constraints import constrain_tool_choice
-from .server import Pending, Request, route
+from .routes import NOT_YET, Pending, Request, route
 from .. import fields
 from ..managers.prepare import fit_budget_to_logprobs
 from ..wire.io_struct import GenerateReqInput, LogprobParams
@@ -195,9 +195,11 @@ class ChatRoutes:
         lp_sent: Dict[int, int] = {}
         final: Dict[int, "ReqState"] = {}
         for st in states:
+            if st is NOT_YET:  # the event loop's: resumed when the mailbox fills
+                yield st
+            if st is NOT_YET or st.index in final:  # a state seen finished early is handed over once more
+                continue
             i = st.index
-            if i in final:
-                continue  # the state seen finished early is handed over once more; its finish is sent
             err = st.error()
             if err is not None:
                 yield err.body()

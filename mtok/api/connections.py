@@ -131,7 +131,10 @@ class DisconnectWatcher:
 
 
 class ConnectionWatch:
-    """The handle a request passes to the TokenizerManager to learn of a hang-up."""
+    """The handle a request passes to the TokenizerManager to learn of a hang-up.
+    Whoever holds its request's handle waits on the mailbox (``blocking``)."""
+
+    blocking = True
 
     def __init__(self, watcher: DisconnectWatcher, sock: socket.socket):
         self._watcher, self._sock = watcher, sock

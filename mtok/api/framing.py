@@ -266,27 +266,37 @@ def read_chunked(rfile: Any, limit: int, expired: Any) -> bytes:
     """A chunked body into one buffer; every byte on the wire counts against ``limit``."""
     body, wire = bytearray(), 0
     while True:
-        raw = rfile.readline(MAX_CHUNK_LINE + 1)
-        wire += len(raw)
-        if not raw and expired():
-            raise FramingError("the request took too long to arrive", 408)
-        line = crlf_line(raw, "a chunk-size line")
-        size_field = line.split(b";", 1)[0]
-        if b";" in line:
-            size_field = size_field.rstrip(b" \t")  # BWS before a chunk extension
-        if not _HEX.fullmatch(size_field):
-            raise FramingError(f"malformed chunk size {size_field[:40]!r}")
-        size = int(size_field, 16)
-        if size == 0:
-            _skip_trailers(rfile)
+        data, wire = read_chunk(rfile, wire, limit, expired)
+        if data is None:
             return bytes(body)
-        wire += size + 2
-        if wire > limit:
-            raise FramingError(f"{TOO_LARGE}: the request body exceeds the limit of {limit} bytes (chunk framing "
-                               "included; --max-request-bytes)", 413)
-        body += read_exact(rfile, size, expired)
-        if rfile.read(2) != b"\r\n":
-            raise FramingError("a chunk does not end with CRLF")
+        body += data
+
+
+def read_chunk(rfile: Any, wire: int, limit: int, expired: Any) -> Tuple[Optional[bytes], int]:
+    """One chunk of a chunked body: (its data, or None for the last chunk, whose
+    trailers are skipped; the body's bytes on the wire so far, ``wire`` before)."""
+    raw = rfile.readline(MAX_CHUNK_LINE + 1)
+    wire += len(raw)
+    if not raw and expired():
+        raise FramingError("the request took too long to arrive", 408)
+    line = crlf_line(raw, "a chunk-size line")
+    size_field = line.split(b";", 1)[0]
+    if b";" in line:
+        size_field = size_field.rstrip(b" \t")  # BWS before a chunk extension
+    if not _HEX.fullmatch(size_field):
+        raise FramingError(f"malformed chunk size {size_field[:40]!r}")
+    size = int(size_field, 16)
+    if size == 0:
+        _skip_trailers(rfile)
+        return None, wire
+    wire += size + 2
+    if wire > limit:
+        raise FramingError(f"{TOO_LARGE}: the request body exceeds the limit of {limit} bytes (chunk framing "
+                           "included; --max-request-bytes)", 413)
+    data = read_exact(rfile, size, expired)
+    if rfile.read(2) != b"\r\n":
+        raise FramingError("a chunk does not end with CRLF")
+    return data, wire
 
 
 def _skip_trailers(rfile: Any) -> None:

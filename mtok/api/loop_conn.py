@@ -15,29 +15,37 @@ import socket
 from typing import Any, Optional, Protocol
 
 from .connections import ConnectionWatch
+from .intake import Progress
 from .routes import Pending
+from .sse import SSEWriter
 
-READING, WAITING, WRITING = "reading", "waiting", "writing"
+READING, WAITING, STREAMING, WRITING = "reading", "waiting", "streaming", "writing"
 
 
 class Conn:
     """One client connection the loop holds, and the request it is serving."""
 
-    __slots__ = ("sock", "fd", "addr", "buf", "state", "since", "out", "pending", "close", "started", "endpoint",
-                 "status", "watched", "task", "offloaded")
+    __slots__ = ("sock", "fd", "addr", "buf", "progress", "state", "since", "out", "pending", "sse", "close",
+                 "started", "endpoint", "status", "watched", "task", "offloaded", "head_only", "version",
+                 "request_headers")
 
     def __init__(self, sock: socket.socket, addr: Any, now: float):
         self.sock, self.fd, self.addr = sock, sock.fileno(), addr
         self.buf = bytearray()
+        self.progress = Progress()  # what is known of the request being read
         self.state, self.since = READING, now  # since: when the state began (its deadline runs from there)
         self.out: Any = None  # the unsent rest of a response
         self.pending: Optional[Pending] = None
+        self.sse: Optional[SSEWriter] = None  # the stream being written (STREAMING, or WRITING a piece of it)
         self.close = False  # close once the response is out
         self.started: Optional[float] = None  # a request is in flight since then
         self.endpoint, self.status = "other", 0
         self.watched = True  # while waiting: is a hang-up reported?
         self.task: Optional[object] = None  # while waiting: the token of the work on the pool, if there
         self.offloaded = False  # the request's route (and its answer's render) runs on the pool
+        self.head_only = False  # a HEAD request: the answer's body is not sent
+        self.version = "HTTP/1.1"  # the request's (an HTTP/1.0 stream is not chunked)
+        self.request_headers: Any = None  # the request's, for the CORS headers of its answer
 
 
 class EventLoop(Protocol):
@@ -100,7 +108,11 @@ class LoopMailbox(queue.SimpleQueue):
 class LoopWatch(ConnectionWatch):
     """The watch of a request the loop serves: its mailbox wakes the loop, and
     the loop sees the client's hang-up itself (the epoll it waits on reports it),
-    so ``start`` and ``stop`` have nothing to do; ``gone`` is inherited."""
+    so ``start`` and ``stop`` have nothing to do; ``gone`` is inherited.  It does
+    not block: a request handle that holds it hands out ``NOT_YET`` rather than
+    wait (see :class:`~mtok.api.routes.EventStream`)."""
+
+    blocking = False
 
     def __init__(self, loop: "EventLoop", conn: Conn):
         super().__init__(loop.httpd.watcher, conn.sock)

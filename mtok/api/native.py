@@ -19,7 +19,7 @@ from .chat import ChatRoutes, ReasoningTokens
 from .chat_parsing import configured
 from ..parsers import make_reasoning_parser
 from ..chat_templates import DEFAULT_NAME
-from .server import EventStream, Pending, Request, Response, route
+from .routes import NOT_YET, EventStream, Pending, Request, Response, route
 from ..wire.io_struct import GenerateReqInput, SamplingParams
 from .logprobs import OUTPUT_KEYS, sglang_meta
 from ..wire.metrics import merge as merge_metrics
@@ -53,15 +53,9 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
     # -- shared helpers --------------------------------------------------------------
     @staticmethod
     def start_stream(handle: RequestHandle, events: Iterator[Any]) -> EventStream:
-        """A stream of ``events`` (made from ``handle``), begun only once the
-        first update is in, so that a refusal (503 at capacity, say) is still an
-        HTTP status.  The SSE writer owns the handle from here on and closes it;
-        if it never gets there, the handle is closed here."""
-        try:
-            handle.wait_first()
-        except BaseException:
-            handle.close()
-            raise
+        """A stream of ``events`` (made from ``handle``).  Its writer waits for the
+        first update before the head, so that a refusal (503 at capacity, say) is
+        still an HTTP status, and owns the handle from here on: it closes it."""
         return EventStream(events, handle=handle)
 
     def meta_info(self, st: ReqState, thinking: Optional[Dict[int, ReasoningTokens]] = None) -> Dict[str, Any]:
@@ -121,6 +115,9 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
         --incremental-streaming-output, only what is new (output logprobs too)."""
         sent: Dict[int, Dict[str, int]] = {}
         for st in states:
+            if st is NOT_YET:  # the event loop's: resumed when the mailbox fills
+                yield st
+                continue
             err = st.error() if st.finished_reason is not None else None
             if err is not None:  # the server failed mid-stream
                 yield err.body()

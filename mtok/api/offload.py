@@ -36,14 +36,14 @@ class Offload:
     exception it raised) waits in :meth:`settled` under the key it was given,
     and ``wake_loop`` (callable from any thread) is called after it is put there."""
 
-    def __init__(self, wake_loop: Callable[[], None]):
-        self._wake_loop = wake_loop
+    def __init__(self, wake_loop: Callable[[], None], threads: int = THREADS, name: str = "mtok-offload"):
+        self._wake_loop, self._threads, self._name = wake_loop, threads, name
         self._pool: Optional[ThreadPoolExecutor] = None  # started on first use
         self.done: Deque[Tuple[Any, Any]] = collections.deque()  # (key, outcome): pool threads put, the loop takes
 
     def submit(self, key: Any, fn: Callable[..., Any], *args: Any) -> None:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="mtok-offload")
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix=self._name)
         self._pool.submit(self._run, key, fn, args)
 
     def _run(self, key: Any, fn: Callable[..., Any], args: Tuple[Any, ...]) -> None:

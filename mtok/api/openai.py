@@ -22,7 +22,7 @@ from urllib.parse import unquote
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from .. import fields
-from .server import Pending, Request, Response, route
+from .routes import NOT_YET, Pending, Request, Response, route
 from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
 from .logprobs import CompletionLogprobs, merge
 from .parse import parse_rid, response_format, sampling_params, single_prompt
@@ -238,6 +238,9 @@ class OpenAIRoutes:
                            usage: StreamUsage) -> Iterator[Any]:
         final: Dict[int, "ReqState"] = {}
         for st in states:
+            if st is NOT_YET:  # the event loop's: resumed when the mailbox fills
+                yield st
+                continue
             err = st.error()
             if err is not None:
                 yield err.body()

@@ -40,7 +40,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from .. import fields
 from .openai import openai_finish
-from .routes import Pending, Request, route
+from .routes import NOT_YET, Pending, Request, route
 from ..validate import APIError, _json_type, bad, require_object, show
 
 # Responses fields that go to the chat body under the same name (checked there by the chat rows)
@@ -288,6 +288,9 @@ class EventWriter:
         yield self.event("response.in_progress", response=self.head)
         sent = 0
         for st in states:
+            if st is NOT_YET:  # the event loop's: resumed when the mailbox fills
+                yield st
+                continue
             err = st.error()
             if err is not None:
                 failed = dict(self.head, status="failed", output=self.items,

@@ -29,14 +29,34 @@ class Response:
     headers: Dict[str, str] = field(default_factory=dict)
 
 
+class _NotYet:
+    """The type of :data:`NOT_YET`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_YET"
+
+
+NOT_YET = _NotYet()  # an event stream's "nothing more until the handle's mailbox fills"
+
+
 @dataclass
 class EventStream:
     """Server-sent events: each item is a JSON value or a raw string such as '[DONE]'.
 
     ``handle`` is the request handle the events come from (see
-    :mod:`mtok.managers.request_handle`).  Whoever writes the stream must call
-    :meth:`close` when it ends, however it ends (the SSE writer does, in a
-    ``finally``): that aborts what has not finished when the client left.
+    :mod:`mtok.managers.request_handle`).  The writer waits for its first update
+    before it writes the head (``handle.wait_first()`` in a handler thread,
+    ``handle.poll_first()`` in the event loop), so that a refusal (503 at
+    capacity, say) is still an HTTP status.  Whoever writes the stream must call
+    :meth:`close` when it ends, however it ends: that aborts what has not
+    finished when the client left.
+
+    A handle whose watch does not block (the event loop's) hands out
+    :data:`NOT_YET` when its mailbox is empty; the events pass it on, as an
+    item of their own, and the loop resumes them when the mailbox fills.  So
+    the loop's thread never waits inside a stream.
     """
 
     events: Iterator[Any]

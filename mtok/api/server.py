@@ -1,8 +1,10 @@
 """HTTP transport: ``http.server``, threaded, tuned, and strict.
 
-The handler threads serve what the event loop (:mod:`mtok.api.loop`) hands
-them, from the bytes it read (:meth:`HTTPServer.serve_connection`), and with
-``--http-threads-only`` every connection, one thread each.
+:class:`HTTPServer` holds what both transports share: the routes, the limits,
+the counters and the metrics.  Its handler threads serve connections only
+where the event loop (:mod:`mtok.api.loop`) does not: with
+``--http-threads-only``, or on a system without epoll; then every connection
+gets a thread of its own.
 
 The handler knows nothing of LLMs.  It reads a request within a deadline,
 enforces the body limit and the API key, dispatches to a route of the app
@@ -13,9 +15,7 @@ chunked encoding.  Every error, its own included, is a JSON body.
 
 from __future__ import annotations
 
-import hmac
 import http.server
-import io
 import logging
 import socket
 import socketserver
@@ -29,19 +29,18 @@ from .framing import (
     CHUNKED,
     NO_BODY,
     FramingError,
-    Headers,
     field,
     head_framing,
-    is_json_type,
     parse_request_line,
     read_chunked,
     read_exact,
     read_headers,
 )
-from .respond import (JSON, JSON_TYPE, TEXT_TYPE, body_fields, encode_result, internal_error, json_body,
-                      json_text_bytes, refuse, response_head)
+from .admission import admit, closes_after_refusal, with_cors
+from .respond import JSON_TYPE, TEXT_TYPE, body_fields, encode_result, internal_error, json_body, refuse, response_head
+from .sse import SSEWriter
 from ..wire.metrics import Metrics
-from .routes import OPEN_PATHS, EventStream, Pending, Request, Response, collect_routes, find_route, route  # noqa: F401
+from .routes import EventStream, Pending, Request, Response, collect_routes, route  # noqa: F401
 from ..validate import APIError
 
 logger = logging.getLogger(__name__)
@@ -75,7 +74,6 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.in_flight = 0  # requests being handled (idle keep-alive connections don't count)
         self.served = 0
         self._count_lock = threading.Lock()
-        self._read_ahead: Dict[socket.socket, bytes] = {}  # bytes the event loop read before handing over
 
     def service_actions(self) -> None:
         if self.tick is not None:
@@ -100,20 +98,11 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def process_request(self, request: Any, client_address: Any) -> None:
         """One thread per connection (see :meth:`admit`)."""
         if self.admit(request):
-            self.serve_connection(request, client_address)
-
-    def serve_connection(self, sock: socket.socket, client_address: Any, read_ahead: bytes = b"") -> None:
-        """Serve an admitted connection in a thread of its own, from its first
-        request on; ``read_ahead`` are bytes already read from it (the event loop
-        hands over a connection this way), read again before the socket's."""
-        if read_ahead:
-            self._read_ahead[sock] = read_ahead
-        try:
-            super().process_request(sock, client_address)
-        except BaseException:
-            self._read_ahead.pop(sock, None)
-            self.release()
-            raise
+            try:
+                super().process_request(request, client_address)
+            except BaseException:
+                self.release()
+                raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
@@ -143,9 +132,6 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.timeout = self.server.read_timeout
         super().setup()
-        read_ahead = self.server._read_ahead.pop(self.connection, None)
-        if read_ahead:
-            self.rfile = io.BufferedReader(ReadAhead(read_ahead, self.connection))
 
     def finish(self) -> None:
         """Close both files; what a client that left did not take is dropped
@@ -221,24 +207,11 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             if self.expired:  # the headers were cut short by the deadline
                 self.close_connection = True
                 raise APIError("the request took too long to arrive", 408)
-            if self.server.draining:
-                self.close_connection = True
-                raise APIError("the server is shutting down", 503, headers={"Retry-After": "1"})
-            if self.command == "OPTIONS" and self.server.cors and self.headers.get("origin"):
-                self.read_body()
-                return self.send_text("", 204, self.cors_headers(preflight=True))
-            if self.server.api_key is not None and path not in OPEN_PATHS:
-                check_api_key(self.headers, self.server.api_key)
-            methods = find_route(self.server.routes, path)
-            if methods is None:
-                raise APIError(f"no route for {path!r}", 404)
-            handler = methods.get(self.command)
-            if handler is None:
-                allow = ", ".join(sorted(methods))
-                raise APIError(f"{self.command} is not allowed on {path}; use {allow}", 405, headers={"Allow": allow})
-            if self.command in ("POST", "PUT", "PATCH") and not is_json_type(field(self.headers, "content-type")):
-                raise APIError(f"Content-Type {self.headers.get('content-type')!r} is not JSON; send "
-                               "application/json", 415)
+            try:
+                handler = admit(self.server, self.command, path, self.headers, self.framing)
+            except APIError:
+                self.close_connection = self.close_connection or closes_after_refusal(self.server, self.framing)
+                raise
             raw = self.read_body()
             self.server.deadlines.disarm(self)
             if self.expired:
@@ -272,27 +245,11 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
 
-    def cors_headers(self, preflight: bool = False) -> Dict[str, str]:
-        """CORS for browser clients, for the origins of --cors-allow-origins."""
-        origin = self.headers.get("origin")
-        allowed = self.server.cors
-        if not origin or not allowed or ("*" not in allowed and origin not in allowed):
-            return {}
-        out = {"Access-Control-Allow-Origin": "*" if "*" in allowed else origin, "Vary": "Origin"}
-        if preflight:
-            out["Access-Control-Allow-Methods"] = "GET, POST, PUT, OPTIONS"
-            out["Access-Control-Allow-Headers"] = self.headers.get("access-control-request-headers") or \
-                "Authorization, Content-Type"
-            out["Access-Control-Max-Age"] = "600"
-        return out
-
     def read_body(self) -> bytes:
         """The body, as framed by the head (checked in parse_request).  The
         client is told to go on (100 Continue) only now, when the request has
         passed authentication and routing."""
         if self.framing == NO_BODY:
-            if self.command in ("POST", "PUT", "PATCH") and "content-length" not in self.headers:
-                raise APIError("a request body needs Content-Length or chunked encoding", 411)
             return b""
         if field(self.headers, "expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
             self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -311,6 +268,8 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             result = result.wait()
         if isinstance(result, EventStream):
             try:
+                if result.handle is not None:
+                    result.handle.wait_first()  # a refusal is still an HTTP status
                 self.send_events(result)
             finally:  # the writer owns a stream's handle: what a client left mid-stream is aborted
                 result.close()
@@ -334,32 +293,20 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         self.response_started = True
         if logger.isEnabledFor(logging.DEBUG):
             self.log_request(status)
-        if self.server.cors and isinstance(getattr(self, "headers", None), Headers) and \
-                "Access-Control-Allow-Origin" not in (headers or {}):
-            headers = {**(headers or {}), **self.cors_headers()}
+        headers = with_cors(self.server.cors, getattr(self, "headers", None), headers)
         return response_head(self.protocol_version, status, fields, headers, self.close_connection)
 
     def send_events(self, stream: EventStream) -> None:
-        """The stream as server-sent events; :meth:`write`, its owner, closes it."""
-        chunked = self.request_version != "HTTP/1.0"
-        if not chunked:
+        """The stream as server-sent events, one flush per event; :meth:`write`, its owner, closes it."""
+        sse = SSEWriter(stream, self.request_version)
+        if not sse.chunked:
             self.close_connection = True
-        fields = "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        if chunked:
-            fields += "Transfer-Encoding: chunked\r\n"
         write, flush = self.wfile.write, self.wfile.flush
         self.streaming = True
-        write(self._head(200, fields, stream.headers))
-        for ev in stream.events:
-            payload = b"data: " + json_text_bytes(ev if isinstance(ev, str) else JSON.encode(ev)) + b"\n\n"
-            if chunked:
-                write(b"%x\r\n%s\r\n" % (len(payload), payload))
-            else:
-                write(payload)
+        write(self._head(200, sse.head_fields(), stream.headers))
+        while not sse.ended:
+            write(sse.pull(1)[0])
             flush()
-        if chunked:
-            write(b"0\r\n\r\n")
-        flush()
 
     def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
         """http.server's own errors (bad request line, header flood, ...) as JSON."""
@@ -377,33 +324,3 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s %s", self.address_string(), format % args)
-
-
-def has_api_key(headers: Headers, key: bytes) -> bool:
-    """Whether the request carries ``Authorization: Bearer <key>``."""
-    scheme, _, token = headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key)
-
-
-def check_api_key(headers: Headers, key: bytes) -> None:
-    """401 unless the request carries ``Authorization: Bearer <key>``."""
-    if not has_api_key(headers, key):
-        raise APIError("a valid API key is required (Authorization: Bearer <key>)", 401,
-                       headers={"WWW-Authenticate": "Bearer"})
-
-
-class ReadAhead(io.RawIOBase):
-    """A socket's reading side with bytes already read from it put back in front."""
-
-    def __init__(self, data: bytes, sock: socket.socket):
-        self._data, self._sock = memoryview(data), sock
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self._data:
-            n = min(len(buffer), len(self._data))
-            buffer[:n], self._data = self._data[:n], self._data[n:]
-            return n
-        return self._sock.recv_into(buffer)

@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 class EncodeAhead:
     """``turn(plans)``, the event loop's ``prepare_turn``: a context for running
-    the turn's plans (:class:`mtok.api.inline.Plan`) in."""
+    the turn's plans (:class:`mtok.api.intake.Plan`) in."""
 
     def __init__(self, tm: Any):
         self.tm = tm

@@ -25,6 +25,7 @@ import time
 from typing import Any, Dict, List, Optional, Set
 
 from ..api.connections import WATCH_AFTER, ClientDisconnected
+from ..api.routes import NOT_YET
 from ..validate import APIError
 from ..wire.finish import FinishAbort, FinishReason
 
@@ -90,6 +91,7 @@ class RequestHandle:
 
     def __init__(self, owner: Any, states: List[ReqState], watch: Optional[Any], timeout: float):
         self.owner = owner
+        self.blocking = getattr(watch, "blocking", True)  # False: the event loop's; iteration hands out NOT_YET
         self.states = states
         self.mailbox = states[0].mailbox if states else queue.SimpleQueue()
         self.watch = watch
@@ -110,13 +112,18 @@ class RequestHandle:
     def __iter__(self) -> "RequestHandle":
         return self
 
-    def __next__(self) -> ReqState:
+    def __next__(self) -> Any:
         if self.first is not None:
             st, self.first = self.first, None
             return st
         done, total = self.done, len(self.states)
         while len(done) < total and not self.closed:
-            st = self._wait()
+            if not self.blocking:
+                if self.mailbox.empty():
+                    return NOT_YET  # the loop resumes the reader when the mailbox fills
+                st = self.mailbox.get_nowait()
+            else:
+                st = self._wait()
             if st is None:  # the wait ended empty: the deadline, or time to watch the connection
                 self.check_deadline()
                 continue
@@ -198,6 +205,20 @@ class RequestHandle:
         if st is not None:
             _raise_failure(st)
         self.first = st
+
+    def poll_first(self) -> bool:
+        """:meth:`wait_first` without waiting, for the event loop: True once the
+        first update is in (iteration hands it out first), False while the mailbox
+        is empty; the error it carries is raised."""
+        if self.first is not None:
+            return True
+        st = next(self, None)
+        if st is NOT_YET:
+            return False
+        if st is not None:
+            _raise_failure(st)
+        self.first = st
+        return True
 
     def results(self) -> List[ReqState]:
         """Every request's final state, in request order; a refused or failed
