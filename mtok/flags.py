@@ -204,8 +204,8 @@ SETTINGS: Tuple[Setting, ...] = (
        doc="native streams send only new text, `output_ids` and output logprobs"),
     _S(("--detokenize-key",), "the key of /detokenize's text: 'text' (SGLang's), 'prompt' (vLLM's) or 'both', so "
        "that a client of either reads its own (default: %(default)s)", "both", choices=("both", "text", "prompt"),
-       doc="`/detokenize`'s key for the text: `text` (SGLang's shape), `prompt` (vLLM's) or `both` (see \"Where "
-           "mtok differs, deliberately\")"),
+       doc="`/detokenize`'s key for the text: `text` (SGLang's shape), `prompt` (vLLM's) or `both` (see "
+           "[docs/api.md](docs/api.md#where-mtok-differs-deliberately))"),
     _S(("--cors-allow-origins",), "origins browsers may call from ('*' for any; default: none)", [], nargs="*",
        metavar="ORIGIN", doc="origins browsers may call from (`*` for any)"),
     _S(("--tool-call-parser",), "SGLang's tool-call parser name (hermes, qwen25, llama3, mistral, ...); MODEL= sets "
