@@ -126,6 +126,16 @@ def test_tokenize_detokenize(srv):
         assert status == 200 and back == {"prompt": "round trip ✓", "text": "round trip ✓"}
 
 
+@pytest.mark.parametrize("key, keys", [("both", ("text", "prompt")), ("text", ("text",)), ("prompt", ("prompt",))])
+def test_detokenize_answers_under_the_keys_of_its_flag(server_factory, key, keys):
+    """--detokenize-key: both peers' keys (the default), SGLang's exact shape, or vLLM's (issue 25)."""
+    srv = server_factory("--detokenize-key", key)
+    ids = tokens(srv, "round trip ✓")
+    for prefix in ("", "/v1"):
+        status, back = srv.post(prefix + "/detokenize", {"tokens": ids})
+        assert status == 200 and back == dict.fromkeys(keys, "round trip ✓"), back
+
+
 def test_health_and_info(srv):
     assert srv.get("/health") == (200, {"status": "ok"})
     assert srv.get("/health_generate") == (200, {"status": "ok"})

@@ -39,6 +39,14 @@ def test_an_upstream_url_without_scheme_says_how_to_write_it(flags):
     assert out.stderr.count("'sglang:http://localhost:1234'") == 1, out.stderr
 
 
+def test_a_bad_detokenize_key_is_refused_at_startup_naming_the_choices():
+    out = serve("--detokenize-key", "json")
+    assert out.returncode == 2, out.stderr
+    line = out.stderr.strip().splitlines()[-1]
+    assert "argument --detokenize-key: invalid choice: 'json'" in line, out.stderr
+    assert all(choice in line for choice in ("both", "text", "prompt")), out.stderr
+
+
 def test_a_boot_failure_is_said_once():
     out = serve("--engine", "no_such_module_here:Engine")
     assert out.returncode == 3, out.stderr
