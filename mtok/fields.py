@@ -21,7 +21,7 @@ defaults from the ``sampling_params`` rows (so the table sits low in the
 package, beside the settings table :mod:`mtok.flags`, under the wire), and
 the routes read defaults through :func:`value` and :func:`from_body`.  Where OpenAI's surface differs
 from SGLang's (the token budget's default, the shape of ``logprobs``), the
-field has one row per surface.  ``tests/test_fields.py`` walks this table
+field has one row per surface.  ``tests/api/test_fields.py`` walks this table
 against the pinned SGLang / vLLM / OpenAI schemas
 (``tests/data/pinned_request_fields.json``).
 """
@@ -199,7 +199,7 @@ TABLE: Tuple[Field, ...] = (
               "choice's `token_ids`; streamed, the prompt's on the first chunk (of each choice on completions) and "
               "each chunk's new ids"),
     Field("return_token_ids", _where(GEN, SP, ENC, EMB), REFUSED, why=_RETURN),
-    # refused fields whose SGLang default is not empty (tests/test_fields.py holds each to the pinned one)
+    # refused fields whose SGLang default is not empty (tests/api/test_fields.py holds each to the pinned one)
     Field("routed_experts_start_len", _where(GEN, SP, ENC, OAI, EMB), REFUSED, default=0, why=_RETURN),
     Field("return_flat_raw_top_logprobs_b64", _where(GEN, SP, ENC, OAI, EMB), REFUSED, default=True, why=_RETURN),
     *_rows(REFUSED, [GEN, SP, ENC, OAI, EMB], "beam_width use_beam_search watermark watermarking bad_words "

@@ -280,7 +280,7 @@ README_HEADER = ("| flag | default | meaning |", "|---|---|---|")
 
 
 def markdown() -> str:
-    """The README's flag table (``python -m mtok.flags``; tests/test_flags.py keeps them equal)."""
+    """The README's flag table (``python -m mtok.flags``; tests/process/test_flags.py keeps them equal)."""
     rows = [f"| {_flag_cell(s)} | {_default_cell(s)} | {_doc_cell(s)} |" for s in SETTINGS]
     return "\n".join(README_HEADER + tuple(rows)) + "\n"
 

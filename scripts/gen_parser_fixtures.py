@@ -6,7 +6,7 @@ written against 0.5.23) over a corpus of model outputs per format and writes
 one-shot result, plus what SGLang's streaming parser gives when the same text
 arrives one character at a time (recorded to show where SGLang's two paths
 disagree; mtok follows the one-shot result).  CI has no SGLang, so the tests
-compare mtok with this file; ``tests/test_parsers_sglang_live.py`` compares
+compare mtok with this file; ``tests/parsers/test_parsers_sglang_live.py`` compares
 live when SGLang is importable.
 
     python scripts/gen_parser_fixtures.py            # rewrite the fixtures

@@ -6,7 +6,7 @@ CI has neither sglang nor vllm installed, so this script reads their sources
 (unpacked wheels, or installed packages) with ``ast`` -- nothing is imported --
 and writes the field names, and the defaults written as literals (``= 0``,
 ``Field(default=True)``, ``default_factory=list``), to
-``tests/data/pinned_request_fields.json``, which ``tests/test_fields.py``
+``tests/data/pinned_request_fields.json``, which ``tests/api/test_fields.py``
 walks the table against.  A package not given keeps what the file has for it.
 
     python scripts/pin_request_schemas.py --sglang /work/wheels/sglang/sglang \\

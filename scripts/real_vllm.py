@@ -1,5 +1,5 @@
 """A real vLLM on a CPU-only machine, for the tests that put mtok in front of it
-(``tests/test_real_vllm.py``, issue 26) and for a person who wants to try it.
+(``tests/engines/test_real_vllm.py``, issue 26) and for a person who wants to try it.
 
 It does three things, each idempotent or undone by the next:
 

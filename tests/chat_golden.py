@@ -1,7 +1,7 @@
-"""Expected outputs for tests/test_chat_golden.py, as rendered by jinja2 3.1.6 in transformers' environment.
+"""Expected outputs for tests/chat/test_chat_golden.py, as rendered by jinja2 3.1.6 in transformers' environment.
 
 Generated once from the differential suite's inputs (tests/chat_cases.py, tests/chat_families.py,
-tests/chat_templates, the constructs of tests/test_chat_constructs.py), so that the
+tests/chat_templates, the constructs of tests/chat/test_chat_constructs.py), so that the
 chat engine is checked where jinja2 is not installed (tox's core flavour).  ``None``
 means jinja2 raised.  ``"TOOLS"`` stands for chat_cases.TOOLS.
 """

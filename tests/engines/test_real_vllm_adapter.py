@@ -3,7 +3,7 @@ issue 25, item 8): each answer compared with vLLM's own answer to the same
 request, or, for constrained output, parsed and held to its schema.
 
 The engines and fronts are ``real_vllm_fixtures.py``'s (one set of boots per
-session, shared with tests/test_real_vllm.py): ``front`` is mtok at N = 1 before
+session, shared with tests/engines/test_real_vllm.py): ``front`` is mtok at N = 1 before
 the plain vLLM and at N = 2 before the ``--skip-tokenizer-init`` one; ``ref``
 is the plain vLLM's own OpenAI server.
 

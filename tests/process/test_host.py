@@ -1,6 +1,6 @@
 """Constrained hosts: a server that may write only to its temp dir (down to a
 read-only file system where the test may make one), a platform without
-SO_REUSEPORT.  (No /dev/shm: tests/test_no_shm.py.)"""
+SO_REUSEPORT.  (No /dev/shm: tests/process/test_no_shm.py.)"""
 
 from __future__ import annotations
 

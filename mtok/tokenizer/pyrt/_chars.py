@@ -18,7 +18,7 @@ from . import unicode as U
 WHITE_SPACE = frozenset(chr(c) for lo, hi in U.WHITE_SPACE for c in range(lo, hi + 1))
 
 # ``char::is_ascii_punctuation || UnicodeCategories::is_punctuation``: ASCII punctuation
-# and symbols, plus general category P* as of Unicode 8.0.  tests/test_pyrt_chars.py
+# and symbols, plus general category P* as of Unicode 8.0.  tests/tokenizer/test_pyrt_chars.py
 # checks it against tokenizers' Punctuation pre-tokenizer on every code point.
 PUNCTUATION = (
     (0x0021, 0x002F), (0x003A, 0x0040), (0x005B, 0x0060), (0x007B, 0x007E), (0x00A1, 0x00A1),

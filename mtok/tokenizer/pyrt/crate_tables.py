@@ -4,7 +4,7 @@ The BERT normalizer tests characters with the ``unicode_categories`` crate (Unic
 8.0 tables); StripAccents and the NF* forms use ``unicode-normalization-alignments``
 (Unicode 9.0).  ``unicodedata`` of any current Python would strip marks and control
 characters, or decompose characters, that ``tokenizers`` keeps.  The ranges were read off ``tokenizers`` 0.23 by running
-those normalizers over every code point; ``tests/test_pyrt_normalizers.py`` checks
+those normalizers over every code point; ``tests/tokenizer/test_pyrt_normalizers.py`` checks
 them again wherever ``tokenizers`` is installed.
 """
 
