@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 from collections import Counter
 
@@ -14,7 +15,7 @@ import pytest
 from mtok.api import intake
 from mtok.api.routes import Pending, Request, Response, collect_routes, route
 from mtok.wire.status import FIRST_WORKER_SLOT, SlotState, StatusBoard
-from support import Server, wait_for
+from support import Server, vm_kib, wait_for
 
 MODES = ["loop", "threads"]
 
@@ -129,6 +130,74 @@ def test_a_client_that_will_not_read_a_large_answer_is_closed_and_others_served(
         wait_for(lambda: "too slow to read its response" in srv.stderr(), timeout=30, interval=0.1,
                  what="the server to give up on the reader")
         assert srv.post("/generate", generate("others are served"))[0] == 200
+        s.close()
+        assert "Traceback" not in srv.stderr()
+    finally:
+        srv.stop()
+
+
+def threads_of(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+@pytest.mark.timeout(90)
+def test_streams_are_written_by_the_loop_not_a_thread_each():
+    """24 streams at once: the worker's thread count stays where it was (a
+    thread per stream was the old way), every stream is whole, and a plain
+    request on a connection that streamed before is answered on it."""
+    srv = Server("--engine-step-delay", "0.01")
+    try:
+        pid = srv.get("/get_server_info")[1]["this_worker_pid"]
+        assert srv.post("/generate", generate("warm up", 2, stream=True))[0] == 200
+        before = threads_of(pid)
+        socks = [socket.create_connection((srv.host, srv.port), timeout=30) for _ in range(24)]
+        for s in socks:
+            s.sendall(post("/generate", generate("a b c d e f g h", 40, stream=True)))
+        for s in socks:  # every stream has begun, none has ended (40 steps of 10 ms)
+            assert s.recv(65536).startswith(b"HTTP/1.1 200")
+        during = threads_of(pid)
+        got = [read_stream_rest(s) for s in socks]
+        assert all(g.count(b"data: ") >= 2 and b"data: [DONE]\n\n\r\n0\r\n\r\n" in g for g in got), got[0][-300:]
+        socks[0].sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_responses(socks[0], 1)[0][0] == 200
+        for s in socks:
+            s.close()
+        assert during <= before + 1, (before, during)
+    finally:
+        srv.stop()
+
+
+def read_stream_rest(sock: socket.socket) -> bytes:
+    """The rest of a chunked stream, up to and with its last chunk."""
+    got = b""
+    while not got.endswith(b"0\r\n\r\n"):
+        data = sock.recv(65536)
+        assert data, got[-200:]
+        got += data
+    return got
+
+
+@pytest.mark.timeout(90)
+def test_a_stream_the_client_does_not_read_is_held_back_then_closed_and_aborted():
+    """A long stream to a client that stops reading: the loop stops pulling
+    events (the worker's memory does not grow with the stream), gives up after
+    --http-timeout, aborts the request, and serves others meanwhile."""
+    srv = Server("--http-timeout", "1")
+    try:
+        pid = srv.get("/get_server_info")[1]["this_worker_pid"]
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(30)
+        s.connect((srv.host, srv.port))
+        s.sendall(post("/generate", {"text": "word word", "stream": True, "sampling_params": {
+            "max_new_tokens": 60_000, "ignore_eos": True}}))
+        s.recv(1)  # the stream has begun
+        assert srv.post("/generate", generate("others are served"))[0] == 200
+        wait_for(lambda: "too slow to read its response" in srv.stderr(), timeout=30, interval=0.1,
+                 what="the server to give up on the reader")
+        wait_for(lambda: srv.get("/get_server_info")[1]["scheduler"]["num_running"] == 0, timeout=10,
+                 what="the stream's request aborted")
+        assert vm_kib(pid, "VmHWM") < 400 * 1024  # cumulative text of a stream never read is not buffered
         s.close()
         assert "Traceback" not in srv.stderr()
     finally:
