@@ -11,10 +11,10 @@ default, validator, help).  From that row come:
   several flags stay code there;
 - its keyword in ``mtok.launch(**settings)`` / ``mtok.Engine(**settings)``
   (:mod:`mtok.settings`);
-- its row in the README's flag table (``python -m mtok.flags``; a test keeps
-  the README equal to it).
+- its row in the flag table of docs/operations.md (``python -m mtok.flags``; a
+  test keeps that page equal to it).
 
-``help`` is the short text of ``--help``; ``doc`` is the README's, which may
+``help`` is the short text of ``--help``; ``doc`` is the flag table's, which may
 say more (gunicorn's ``short`` and ``desc``).
 """
 
@@ -63,8 +63,8 @@ class Setting:
     choices: Optional[Tuple[str, ...]] = None
     metavar: Optional[str] = None
     check: Optional[Check] = None
-    doc: str = ""  # the README's meaning column
-    doc_default: str = ""  # the README's default column, where the value itself says it badly
+    doc: str = ""  # the flag table's meaning column (docs/operations.md)
+    doc_default: str = ""  # the flag table's default column, where the value itself says it badly
     dest: str = ""  # the field's name, where the first flag does not give it
     carried: bool = True  # a ServerArgs field (False: read once at startup, like --api-key-file)
 
@@ -148,8 +148,9 @@ SETTINGS: Tuple[Setting, ...] = (
     _S(("--max-connections",), "open client connections per worker; more get 503 (default: %(default)s)", 1024,
        int, check=positive, doc="open client connections per worker (503 beyond)"),
     _S(("--http-threads-only",), "serve every request from a thread per connection, without the event loop "
-       "that serves plain requests (default: off; the loop needs Linux's epoll)", False, action="store_true",
-       doc="no event loop: a thread per connection serves every request (see the README's architecture)"),
+       "(default: off; the loop needs Linux's epoll)", False, action="store_true",
+       doc="no event loop: a thread per connection serves every request "
+           "(see [architecture.md](architecture.md#the-http-front))"),
     # -- access -------------------------------------------------------------------------------------------
     _S(("--api-key",), "require 'Authorization: Bearer KEY' on all endpoints but /health (visible to ps: prefer "
        f"--api-key-file or {API_KEY_ENV})",
@@ -205,12 +206,12 @@ SETTINGS: Tuple[Setting, ...] = (
     _S(("--detokenize-key",), "the key of /detokenize's text: 'text' (SGLang's), 'prompt' (vLLM's) or 'both', so "
        "that a client of either reads its own (default: %(default)s)", "both", choices=("both", "text", "prompt"),
        doc="`/detokenize`'s key for the text: `text` (SGLang's shape), `prompt` (vLLM's) or `both` (see "
-           "[docs/api.md](docs/api.md#where-mtok-differs-deliberately))"),
+           "[api.md](api.md#where-mtok-differs-deliberately))"),
     _S(("--cors-allow-origins",), "origins browsers may call from ('*' for any; default: none)", [], nargs="*",
        metavar="ORIGIN", doc="origins browsers may call from (`*` for any)"),
     _S(("--tool-call-parser",), "SGLang's tool-call parser name (hermes, qwen25, llama3, mistral, ...); MODEL= sets "
        "it for one --model only; repeatable", [], action="append", metavar="[MODEL=]NAME",
-       doc="SGLang's tool-call parser name, for every model or one (see \"Tool calls and reasoning\")"),
+       doc="SGLang's tool-call parser name, for every model or one (see [chat.md](chat.md#tool-calls-and-reasoning))"),
     _S(("--reasoning-parser",), "SGLang's reasoning parser name (deepseek-r1, qwen3, glm45, kimi, ...); MODEL= sets "
        "it for one --model only; repeatable", [], action="append", metavar="[MODEL=]NAME",
        doc="SGLang's reasoning parser name, likewise"),
@@ -253,7 +254,7 @@ def problems(values: Any) -> List[str]:
     return out
 
 
-# -- the README's table ------------------------------------------------------------------------------
+# -- the flag table (docs/operations.md) ------------------------------------------------------------
 def _flag_cell(s: Setting) -> str:
     first = s.flags[0] + (f" {s.metavar}" if s.metavar else "") + ("..." if s.nargs == "*" else "")
     aliases = "".join(f" (`{a}`)" for a in s.flags[1:])
@@ -276,13 +277,13 @@ def _doc_cell(s: Setting) -> str:
     return s.help.split(" (default: ")[0]
 
 
-README_HEADER = ("| flag | default | meaning |", "|---|---|---|")
+TABLE_HEADER = ("| flag | default | meaning |", "|---|---|---|")
 
 
 def markdown() -> str:
-    """The README's flag table (``python -m mtok.flags``; tests/process/test_flags.py keeps them equal)."""
+    """The flag table of docs/operations.md (``python -m mtok.flags``; tests/process/test_flags.py keeps them equal)."""
     rows = [f"| {_flag_cell(s)} | {_default_cell(s)} | {_doc_cell(s)} |" for s in SETTINGS]
-    return "\n".join(README_HEADER + tuple(rows)) + "\n"
+    return "\n".join(TABLE_HEADER + tuple(rows)) + "\n"
 
 
 if __name__ == "__main__":

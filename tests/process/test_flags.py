@@ -1,4 +1,4 @@
-"""The flag table (mtok/flags.py): the README, --help, ServerArgs and check() all come from it."""
+"""The flag table (mtok/flags.py): docs/operations.md's, --help, ServerArgs and check() all come from it."""
 
 from __future__ import annotations
 
@@ -17,17 +17,18 @@ from support import ROOT
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
 
-def readme_flag_table() -> str:
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+def docs_flag_table() -> str:
+    with open(os.path.join(ROOT, "docs", "operations.md"), encoding="utf-8") as f:
         text = f.read()
     section = text[text.index("\n## Flags\n"):]
-    start = section.index(flags.README_HEADER[0])
+    start = section.index(flags.TABLE_HEADER[0])
     end = section.index("\n\n", start)
     return section[start:end + 1]
 
 
-def test_the_readme_flag_table_is_generated_from_the_table():
-    assert readme_flag_table() == flags.markdown(), "run python -m mtok.flags and paste it into README.md's Flags"
+def test_the_docs_flag_table_is_generated_from_the_table():
+    assert docs_flag_table() == flags.markdown(), \
+        "run python -m mtok.flags and paste it into docs/operations.md's Flags"
 
 
 def test_every_flag_is_in_help_and_every_carried_setting_is_a_field():
