@@ -298,16 +298,17 @@ def test_apply_chat_template_matches_transformers(probe_engine, tmp_path):
             assert (dict(want) if kw.get("tokenize", True) and kw.get("return_dict", True) else want) == got, kw
 
 
-def readme_examples():
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        section = f.read().split("## Embedding mtok", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+def embedding_examples():
+    """The Python examples of docs/embedding.md: mtok.launch's, then mtok.Engine's."""
+    with open(os.path.join(ROOT, "docs", "embedding.md"), encoding="utf-8") as f:
+        return re.findall(r"```python\n(.*?)```", f.read(), re.S)
 
 
 @pytest.mark.parametrize("index", [0, 1])
-def test_the_readme_examples_run(tmp_path, index):
+def test_the_embedding_page_examples_run(tmp_path, index):
+    assert len(embedding_examples()) == 2
     script = tmp_path / "example.py"
-    script.write_text(readme_examples()[index])
+    script.write_text(embedding_examples()[index])
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT),
                          capture_output=True, text=True, timeout=90)
     assert out.returncode == 0, out.stderr
