@@ -16,5 +16,5 @@ Two layers live here: the transport (``listen``, ``framing``, ``connections``,
 ``routes``, ``admission``, ``intake``, ``respond``, ``sse``, ``server``, the ``loop``
 modules, ``offload``)
 knows nothing of LLMs and sits below the engines and managers; the routes sit
-above the managers they submit to (``tests/test_layout.py``'s ``LAYERS``).
+above the managers they submit to (``tests/layout/test_layout.py``'s ``LAYERS``).
 """

@@ -146,7 +146,7 @@ class Llama3Parser(MarkerToolParser):
 
     The content is the text before the tag (not stripped) plus whatever follows
     the last readable object, as SGLang has it.  SGLang also retries a Python
-    dict literal (single quotes); mtok does not (see the README).  SGLang retries
+    dict literal (single quotes); mtok does not (see docs/chat.md).  SGLang retries
     an unreadable object from the next ``{"name":``; a retry inside a failed one
     rescans it, so the retries may scan ``RETRY_BUDGET`` times the text in all,
     then the rest is content (only crafted nesting comes near it).

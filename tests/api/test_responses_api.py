@@ -1,7 +1,7 @@
 """/v1/responses with the real ``openai`` client against a real server (echo engine).
 
 The template renders the last user message only, so the echo "model" says what the
-input says (README, "Tool calls and reasoning"): reasoning, text and a tool call
+input says (docs/chat.md, "Tool calls and reasoning"): reasoning, text and a tool call
 are deterministic, streamed and not.  A second server's template renders every
 message, so the prompt built from input items can be read back.
 """

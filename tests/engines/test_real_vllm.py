@@ -11,7 +11,7 @@ plain one (the reference, and mtok's upstream at N = 1) and one with
 same way twice; logprobs are compared to 1e-4 (the same engine, but a prefix
 cache hit may take another kernel path).
 
-Where mtok differs on purpose it is written down here and in the README:
+Where mtok differs on purpose it is written down here and in docs/engines.md:
 top-k alternatives that are an incomplete UTF-8 byte sequence are named by
 U+FFFD in mtok, "" in vLLM (issue 26, difference 6).  A known difference that
 should go away is a strict xfail naming it.
