@@ -66,8 +66,6 @@ class ModelEntry:
     tokenizer: Tokenizer
     context_length: int  # the limit in force: the configured one, or the engine's when that is smaller
     chat: ModelChat = field(default_factory=lambda: ModelChat(None))  # its chat template(s), if any
-    # text -> ids tokenized ahead for this turn's routes (mtok.managers.ahead), taken by prepare.encode_batch
-    ahead: Dict[str, List[int]] = field(default_factory=dict)
     configured_length: int = 0  # --context-length, else the tokenizer's (0: context_length as given)
 
     def __post_init__(self) -> None:

@@ -30,7 +30,7 @@ from multiprocessing.connection import wait
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Set, Tuple
 
 from .api.native import Api
-from .api.server import EventStream, Pending, Request
+from .api.routes import EventStream, Request, settle_blocking
 from .serve import Arbiter, BootError
 from .settings import server_args_from
 from .wire.status import FIRST_WORKER_SLOT, ServerState, SlotState
@@ -249,7 +249,7 @@ class Engine:
         if self._pipeline.closing:
             raise RuntimeError("this mtok.Engine has been shut down")
         result = route(Request(method="POST", path="", query="", headers={}, raw=b"", watch=None, _json=body))
-        return result.wait() if isinstance(result, Pending) else result
+        return settle_blocking(result, self._api.submit_all)
 
     # -- asyncio ---------------------------------------------------------------------
     async def async_generate(self, prompt: Any = None, sampling_params: Any = None, input_ids: Any = None,

@@ -35,7 +35,6 @@ from .api.listen import make_listen_socket
 from .wire.metrics import publish, read as read_metrics
 from .procutil import ChildBoot, exit_now, on_signal
 from .wire.status import FIRST_WORKER_SLOT, SCHEDULER_SLOT, ServerState, StatusBoard
-from .managers.ahead import EncodeAhead
 from .managers.tokenizer_manager import TokenizerManager, TokenizerWorker
 
 logger = logging.getLogger(__name__)
@@ -61,7 +60,7 @@ class HttpFrontend:
         if loop.enabled(args):
             corked = getattr(tm.send_to_scheduler, "corked", None)
             fewest = functools.partial(board.fewest_connections, slot) if shared else None
-            self.loop = loop.EventLoop(self.httpd, corked, fewest, EncodeAhead(tm).turn, args.request_timeout)
+            self.loop = loop.EventLoop(self.httpd, corked, fewest, args.request_timeout)
         if not tm.receives_in_thread:  # the inbox is ours to read: in the loop, or in a thread
             if self.loop is not None:
                 tm.recv_from_detokenizer.attach(self.loop.add_reader, self.loop.remove_reader, tm.handle_message)

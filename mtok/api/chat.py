@@ -22,7 +22,7 @@ from .chat_parsing import OutputParser, make_output_parser
 from .chat_prompt import ChatInput, parse_chat_input, render_prompt
 from .chat_tools import check_tool_request
 from .constraints import constrain_tool_choice
-from .routes import NOT_YET, Pending, Request, route
+from .routes import NOT_YET, Job, Pending, Request, route
 from .. import fields
 from ..managers.prepare import fit_budget_to_logprobs
 from ..wire.io_struct import GenerateReqInput, LogprobParams
@@ -116,16 +116,18 @@ class ChatRoutes:
         lead = echo_lead(body, got)
         rid = self.tm.assign_rids(obj)  # the id holds the rid: /abort_request takes it
         head = {"id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()), "model": model.name}
-        handle = self.tm.submit(obj, req.watch)
         counts = [ReasoningTokens(getattr(p, "reasoning", None), model.tokenizer) for p in parsers]  # ParsedOutput's
         token_ids = fields.value(got, fields.CHAT, "return_token_ids")
-        if obj.stream:
-            head["object"] = "chat.completion.chunk"
-            events = self._chat_chunks(handle, head, parsers, counts, usage, obj.input_ids,  # type: ignore[arg-type]
-                                       token_ids)
-            return self.start_stream(handle, lead_chunks(events, lead, len(parsers)) if lead else events)
-        return Pending(handle, lambda results: vllm_extras(self._chat_completion(head, parsers, counts, results),
-                                                           results, lead, obj.logprobs, token_ids))
+
+        def answer(handle: Any) -> Any:
+            if obj.stream:
+                head["object"] = "chat.completion.chunk"
+                events = self._chat_chunks(handle, head, parsers, counts, usage, obj.input_ids,  # type: ignore
+                                           token_ids)
+                return self.start_stream(handle, lead_chunks(events, lead, len(parsers)) if lead else events)
+            return Pending(handle, lambda results: vllm_extras(self._chat_completion(head, parsers, counts, results),
+                                                               results, lead, obj.logprobs, token_ids))
+        return Job((obj, req.watch), answer)
 
     def chat_request(self, body: Dict[str, Any], got: Dict[str, Any]
                      ) -> "tuple[GenerateReqInput, ModelEntry, List[OutputParser], StreamUsage]":

@@ -12,8 +12,9 @@ A connection's cycle: the bytes are read (:mod:`mtok.api.intake` parses the
 head once, passes it through the gate of :mod:`mtok.api.admission`, then
 takes the body, ``Content-Length`` or chunked, with ``100 Continue`` when
 asked); the routes of the requests one turn read run at its end, together,
-in the loop's thread (so that their prompts can be tokenized together:
-``prepare_turn``).  What may block runs on a pool (:mod:`mtok.api.offload`)
+in the loop's thread, and what they prepare (a :class:`~mtok.api.routes.Job`)
+is submitted together at its end, through the app's ``submit_all``: their
+prompts tokenized at once, their messages sent in one write.  What may block runs on a pool (:mod:`mtok.api.offload`)
 while the loop keeps the connection: routes marked ``offload`` (templates,
 output parsing) and bodies over :data:`~mtok.api.intake.INLINE_MAX_BODY` on
 the compute pool; routes not marked ``inline`` (they wait on the scheduler)
@@ -50,7 +51,7 @@ from .loop_conn import READING, STREAMING, WAITING, WRITING, Conn, LoopWatch, Wa
 from .offload import Offload, drop
 from .loop_respond import Responder, waited
 from .respond import internal_error
-from .routes import offloads
+from .routes import Job, offloads
 from ..validate import APIError
 
 logger = logging.getLogger(__name__)
@@ -75,11 +76,6 @@ class EventLoop(Responder):
     messages the turn's requests send and writes them together at its end
     (:meth:`SharedSender.corked <mtok.wire.ipc.SharedSender.corked>`).
 
-    ``prepare_turn``, if given, takes the plans (:class:`~mtok.api.intake.Plan`)
-    of the requests a turn read and gives the context their routes run in (the
-    worker tokenizes their prompts together: :mod:`mtok.managers.ahead`); it
-    must not raise.
-
     ``fewest``, if given, is told this worker's open connections and says
     whether it holds the fewest of the workers sharing the listening socket:
     only then does the loop accept (:mod:`mtok.api.loop_accept` says why).
@@ -89,13 +85,12 @@ class EventLoop(Responder):
 
     def __init__(self, httpd: Any, corked: Optional[Callable[[], Any]] = None,
                  fewest: Optional[Callable[[int], bool]] = None,
-                 prepare_turn: Optional[Callable[[List[intake.Plan]], Any]] = None,
                  request_timeout: float = float("inf")):
         self.httpd, self.request_timeout = httpd, request_timeout
         self.corked = corked or contextlib.nullcontext
         self.acceptor = Acceptor(httpd, fewest)
-        self.prepare_turn = prepare_turn or (lambda plans: contextlib.nullcontext())
         self.planned: List[Tuple[Conn, intake.Plan]] = []  # requests read this turn, run at its end
+        self.jobs: List[Conn] = []  # whose routes made a Job this turn: submitted at its end
         self.conns: Dict[int, Conn] = {}
         self.woken: Deque[Conn] = collections.deque()  # conns whose mailbox was filled
         self.again: Deque[Conn] = collections.deque()  # conns with a next request already buffered
@@ -209,11 +204,34 @@ class EventLoop(Responder):
             if self._still(conn, READING):
                 self._safely(conn.fd, self._serve, conn)
         planned, self.planned = self.planned, []
-        if planned:
-            with self.prepare_turn([plan for _, plan in planned]):
-                for conn, plan in planned:
-                    if self._still(conn, READING):
-                        self._safely(conn.fd, self._dispatch, conn, plan)
+        for conn, plan in planned:
+            if self._still(conn, READING):
+                self._safely(conn.fd, self._dispatch, conn, plan)
+        self._submit_jobs()
+
+    def _submit_jobs(self) -> None:
+        """The turn's jobs (:class:`~mtok.api.routes.Job`: its routes' and those
+        the pool prepared), submitted together: their prompts tokenized at once,
+        their messages sent in one write; then each answer settled."""
+        conns = [c for c in self.jobs if self._still(c, WAITING) and isinstance(c.task, Job)]
+        self.jobs = []
+        if not conns:
+            return
+        try:
+            outcomes = self.httpd.submit_all([c.task.request for c in conns])
+        except Exception as e:  # noqa: BLE001 (a bug: each job gets its 500, the loop goes on)
+            logger.exception("submitting a turn's jobs failed")
+            outcomes = [internal_error(e)] * len(conns)
+        for conn, outcome in zip(conns, outcomes):
+            job, conn.task = conn.task, None
+            self._safely(conn.fd, self._answer_job, conn, job, outcome)
+
+    def _answer_job(self, conn: Conn, job: Job, outcome: Any) -> None:
+        try:
+            result = job.answer(outcome)
+        except Exception as e:  # noqa: BLE001 (a refusal, a bug: answered as the threads answer)
+            return self._respond(conn, e)
+        self._settle(conn, result)
 
     def _still(self, conn: Conn, state: str) -> bool:
         """Whether ``conn``, noted earlier in the turn, is open and in ``state`` yet."""
@@ -324,7 +342,8 @@ class EventLoop(Responder):
         conn.head_only, conn.version, conn.request_headers = plan.command == "HEAD", plan.version, plan.headers
         if not getattr(handler, "inline", False):  # it waits: a thread of the waiting pool, which it may block
             req.watch = ConnectionWatch(self.httpd.watcher, conn.sock)
-            return self._offload(conn, self._settle, waited, handler, req, pool=self.waiting)
+            return self._offload(conn, self._settle, waited, handler, req, self.httpd.submit_all,
+                                 pool=self.waiting)
         conn.offloaded = offloads(handler, req._json) or len(req.raw) > intake.INLINE_MAX_BODY
         if conn.offloaded:
             return self._offload(conn, self._settle, handler, req)

@@ -2,7 +2,10 @@
 (:mod:`mtok.api.loop`): what a route returned, settled and written to its
 connection.
 
-A :class:`~mtok.api.routes.Pending` waits for its handle's mailbox; an
+A :class:`~mtok.api.routes.Job` waits for the turn's end, when the turn's
+jobs are submitted together (:meth:`~mtok.api.loop.EventLoop.serve_forever`),
+and its answer is settled in turn; a :class:`~mtok.api.routes.Pending` waits
+for its handle's mailbox; an
 :class:`~mtok.api.routes.EventStream` is written as its mailbox fills, its head
 once the first update is in (so that a refusal is still an HTTP status), then
 a piece of at most :data:`STREAM_PIECE` bytes at a time, and no more is pulled
@@ -19,12 +22,12 @@ from __future__ import annotations
 import logging
 import select
 import time
-from typing import Any, Callable, Deque, Dict, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 from .admission import with_cors
 from .loop_conn import READING, STREAMING, WAITING, WRITING, Conn
 from .respond import body_fields, encode_outcome, response_head
-from .routes import EventStream, Pending
+from .routes import EventStream, Job, Pending, settle_blocking
 from .sse import SSEWriter
 
 logger = logging.getLogger(__name__)
@@ -39,10 +42,18 @@ class Responder:
     epoll: Any
     conns: Dict[int, Conn]
     again: Deque[Conn]
+    jobs: List[Conn]  # this turn's, each its Job in its task
     _offload: Callable[..., None]
 
     def _settle(self, conn: Conn, result: Any) -> None:
-        """A route's result: a Pending is waited on, anything else answered."""
+        """A route's result: a Job waits for the turn's end (submitted with the
+        others), a Pending for its results, a stream for its events; anything else
+        is answered."""
+        if isinstance(result, Job):
+            conn.task, conn.state, conn.watched = result, WAITING, True
+            self.epoll.modify(conn.fd, select.EPOLLRDHUP)
+            self.jobs.append(conn)
+            return
         if isinstance(result, Pending):
             conn.pending, conn.state, conn.watched = result, WAITING, True
             self.epoll.modify(conn.fd, select.EPOLLRDHUP)  # pipelined bytes wait; a hang-up still shows
@@ -169,11 +180,9 @@ class Responder:
         conn.pending = conn.sse = conn.task = None
 
 
-def waited(handler: Callable[[Any], Any], req: Any) -> Any:
+def waited(handler: Callable[[Any], Any], req: Any, submit_all: Callable[[List[Any]], List[Any]]) -> Any:
     """Run a route that may block (on the waiting pool), and wait for its answer too."""
-    result = handler(req)
-    if isinstance(result, Pending):
-        return result.wait()
+    result = settle_blocking(handler(req), submit_all)
     if isinstance(result, EventStream):  # a stream is written by the loop, from a handle that does not block
         result.close()
         raise RuntimeError("a route not marked inline returned a stream")

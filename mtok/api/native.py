@@ -19,7 +19,7 @@ from .chat import ChatRoutes, ReasoningTokens
 from .chat_parsing import configured
 from ..parsers import make_reasoning_parser
 from ..chat_templates import DEFAULT_NAME
-from .routes import NOT_YET, EventStream, Pending, Request, Response, route
+from .routes import NOT_YET, EventStream, Job, Pending, Request, Response, route
 from ..wire.io_struct import GenerateReqInput, SamplingParams
 from .logprobs import OUTPUT_KEYS, sglang_meta
 from ..wire.metrics import merge as merge_metrics
@@ -33,7 +33,7 @@ from .scoring import ScoringRoutes
 from ..wire.status import DETOKENIZER_SLOT, SCHEDULER_SLOT, ServerState, SlotState, StatusBoard
 from ..managers.request_handle import ReqState, RequestHandle
 from ..managers.tokenizer_manager import TokenizerManager
-from .parse import parse_generate, single_prompt
+from .parse import parse_generate
 from ..validate import APIError, bad, check_unknown, get_bool, require_object
 
 
@@ -77,21 +77,26 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
         return self.board.state == ServerState.SERVING and self.tm.failure is None
 
     # -- native ----------------------------------------------------------------------
-    @route("POST", "/generate", inline=True, prompt=single_prompt("text"))
-    @route("PUT", "/generate", inline=True, prompt=single_prompt("text"))
+    def submit_all(self, calls: List[Any]) -> List[Any]:
+        """The transports' way to submit a turn's :class:`Job` s: their ``(obj,
+        watch)`` calls, at once (:meth:`TokenizerManager.submit_all
+        <mtok.managers.tokenizer_manager.TokenizerManager.submit_all>`)."""
+        return self.tm.submit_all(calls)
+
+    @route("POST", "/generate", inline=True)
+    @route("PUT", "/generate", inline=True)
     def generate(self, req: Request) -> Any:
         obj = parse_generate(req.json(), self.args.strict_fields)
         thinking = self.reasoning_counts(req.json(), obj.model)
         as_list = obj.is_batch or obj.num_outputs > 1  # SGLang answers n > 1 with a list too
-        handle = self.tm.submit(obj, req.watch)
-        if obj.stream:
-            events = self._generate_events(handle, as_list, self.args.incremental_streaming_output, thinking)
-            return self.start_stream(handle, events)
 
-        def render(states: List[ReqState]) -> Any:
-            out = [self._generate_result(st, thinking) for st in states]
-            return out if as_list else out[0]
-        return Pending(handle, render)
+        def answer(handle: RequestHandle) -> Any:
+            if obj.stream:
+                events = self._generate_events(handle, as_list, self.args.incremental_streaming_output, thinking)
+                return self.start_stream(handle, events)
+            return Pending(handle, lambda states: [self._generate_result(st, thinking) for st in states]
+                           if as_list else self._generate_result(states[0], thinking))
+        return Job((obj, req.watch), answer)
 
     def reasoning_counts(self, body: Dict[str, Any], model: Optional[str]) -> Optional[Dict[int, ReasoningTokens]]:
         """SGLang's ``require_reasoning``: each output's ``reasoning_tokens`` in its meta_info,

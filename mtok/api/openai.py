@@ -22,10 +22,10 @@ from urllib.parse import unquote
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from .. import fields
-from .routes import NOT_YET, Pending, Request, Response, route
+from .routes import NOT_YET, Job, Pending, Request, Response, route
 from ..wire.io_struct import GenerateReqInput, LogprobParams, SamplingParams
 from .logprobs import CompletionLogprobs, merge
-from .parse import parse_rid, response_format, sampling_params, single_prompt
+from .parse import parse_rid, response_format, sampling_params
 from ..validate import _json_type, bad, get_bool, require_object, token_list
 
 if TYPE_CHECKING:
@@ -187,18 +187,20 @@ class OpenAIRoutes:
         return {"id": model.name, "object": "model", "created": int(time.time()), "owned_by": "mtok",
                 "root": model.name, "parent": None, "max_model_len": model.context_length}
 
-    @route("POST", "/v1/completions", inline=True, prompt=single_prompt("prompt"))
+    @route("POST", "/v1/completions", inline=True)
     def completions(self, req: Request) -> Any:
         obj, opts = parse_completion(req.json(), self.args.strict_fields)
         model = self.tm.model(obj.model)
         rid = self.tm.assign_rids(obj)  # the completion's id: /abort_request takes it
         head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model.name}
         choices = CompletionChoices(obj, opts, model.tokenizer)
-        handle = self.tm.submit(obj, req.watch)
-        if obj.stream:
-            return self.start_stream(handle, self._completion_chunks(handle, head, choices, opts["usage"]))
-        return Pending(handle, lambda results: dict(head, choices=[choices.whole(st) for st in results],
-                                                    usage=self.usage(results, choices.per_prompt)))
+
+        def answer(handle: Any) -> Any:
+            if obj.stream:
+                return self.start_stream(handle, self._completion_chunks(handle, head, choices, opts["usage"]))
+            return Pending(handle, lambda results: dict(head, choices=[choices.whole(st) for st in results],
+                                                        usage=self.usage(results, choices.per_prompt)))
+        return Job((obj, req.watch), answer)
 
     @route("POST", "/v1/embeddings", inline=True)
     def embeddings(self, req: Request) -> Any:

@@ -122,15 +122,3 @@ def parse_rid(rid: Any, is_batch: bool, n: int) -> Optional[Any]:
     if is_batch != isinstance(rid, list) or len(rids) != n or len(set(rids)) != n:
         raise bad(f"'rid' must give {n} distinct id(s), one per prompt", "rid")
     return rid
-
-
-def single_prompt(field: str):
-    """For :func:`~mtok.api.routes.route`'s ``prompt``: a body's ``(model, text)``
-    when its ``field`` is one string (a batch is left to its route, which
-    checks its size first)."""
-    def prompt(body: Dict[str, Any]) -> Optional["tuple[Optional[str], str]"]:
-        text, model = body.get(field), body.get("model")
-        if not isinstance(text, str):
-            return None
-        return (model if isinstance(model, str) else None), text
-    return prompt

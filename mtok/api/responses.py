@@ -40,7 +40,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from .. import fields
 from .openai import openai_finish
-from .routes import NOT_YET, Pending, Request, route
+from .routes import NOT_YET, Job, Pending, Request, route
 from ..validate import APIError, _json_type, bad, require_object, show
 
 # Responses fields that go to the chat body under the same name (checked there by the chat rows)
@@ -233,11 +233,13 @@ class ResponsesRoutes:
         obj, model, parsers, _ = self.chat_request(chat, fields.read(chat, fields.CHAT, False))
         rid = self.tm.assign_rids(obj)
         head = response_head(f"resp_{rid}", model.name, got)
-        handle = self.tm.submit(obj, req.watch)
-        if obj.stream:
-            return self.start_stream(handle, EventWriter(head, parsers[0]).events(handle))
-        return Pending(handle, lambda results: finished(head, output_items(parsers[0].message(results[0].text)),
-                                                        results[0]))
+
+        def answer(handle: Any) -> Any:
+            if obj.stream:
+                return self.start_stream(handle, EventWriter(head, parsers[0]).events(handle))
+            return Pending(handle, lambda results: finished(head, output_items(parsers[0].message(results[0].text)),
+                                                            results[0]))
+        return Job((obj, req.watch), answer)
 
     @route("GET", "/v1/responses/{response_id}")
     def retrieve_response(self, req: Request) -> Any:

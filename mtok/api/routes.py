@@ -11,6 +11,10 @@ in its own thread; ``offload`` ones never wait either but may compute long
 the render of their answer, on its pool (:mod:`mtok.api.offload`); a new
 route that does such work marks itself so, and the loop keeps it off the
 thread every other request and the worker's heartbeat depend on.
+
+A route that generates works in two phases: it reads and checks its request
+and returns a :class:`Job`; the transport submits the jobs of a turn together
+and gives each its outcome, from which the route makes its answer.
 """
 
 from __future__ import annotations
@@ -97,7 +101,49 @@ class Pending:
             self.handle.close()
 
 
-def route(method: str, *paths: str, inline: bool = False, prompt: Optional[Callable] = None,
+@dataclass
+class Job:
+    """A route's request made ready (read, validated, its template rendered) but
+    not yet submitted: phase one of a route.  The transport submits the jobs of
+    a turn together, through its app's ``submit_all`` (each job's ``request``,
+    opaque to the transport, in; an outcome each out: a handle, or the exception
+    that refused it); then :meth:`answer` gives what the route answers, phase
+    two: a :class:`Pending`, an :class:`EventStream` or a value.  So the prompts
+    of a turn are tokenized together and sent in one write."""
+
+    request: Any
+    then: Callable[[Any], Any]
+
+    def answer(self, outcome: Any) -> Any:
+        """``then(outcome)``; a refusal is raised; a handle ``then`` failed on is closed."""
+        if isinstance(outcome, BaseException):
+            raise outcome
+        try:
+            return self.then(outcome)
+        except BaseException:
+            outcome.close()
+            raise
+
+
+def settle_blocking(result: Any, submit_all: Callable[[List[Any]], List[Any]]) -> Any:
+    """What a caller that may wait (a handler thread, ``mtok.Engine``) makes of a
+    route's result: a :class:`Job` submitted alone and answered, a
+    :class:`Pending` waited for, an :class:`EventStream` whose first update is in
+    (its refusal raised, the stream closed); anything else as it is."""
+    if isinstance(result, Job):
+        result = result.answer(submit_all([result.request])[0])
+    if isinstance(result, Pending):
+        return result.wait()
+    if isinstance(result, EventStream) and result.handle is not None:
+        try:
+            result.handle.wait_first()
+        except BaseException:
+            result.close()
+            raise
+    return result
+
+
+def route(method: str, *paths: str, inline: bool = False,
           offload: Union[bool, Callable[[Dict[str, Any]], bool]] = False) -> Callable:
     """Mark an app method as the handler of ``method`` on ``paths``.
 
@@ -106,10 +152,8 @@ def route(method: str, *paths: str, inline: bool = False, prompt: Optional[Calla
     JSON body has a true ``"stream"``).  Such handlers may run in the event
     loop's thread; the others always run in a thread of their own.
 
-    ``prompt``, for an inline handler, takes the request's JSON object and
-    gives ``(model name or None, text)`` when the handler will tokenize that
-    one text as a prompt, else None: the event loop then tokenizes a turn's
-    prompts together before their handlers run (:mod:`mtok.managers.ahead`).
+    An inline handler may return a :class:`Job` (phase one), which the
+    transport submits with the turn's others.
 
     ``offload``, for an inline handler that may compute long (True, or a test of
     the request's JSON object: ``/tokenize`` renders only with ``messages``),
@@ -118,8 +162,6 @@ def route(method: str, *paths: str, inline: bool = False, prompt: Optional[Calla
         fn.__dict__.setdefault("routes", []).extend((method, p) for p in paths)
         if inline:
             fn.inline = True
-        if prompt is not None:
-            fn.prompt = prompt
         if offload:
             fn.offload = offload
         return fn

@@ -40,7 +40,7 @@ from .admission import admit, closes_after_refusal, with_cors
 from .respond import JSON_TYPE, TEXT_TYPE, body_fields, encode_result, internal_error, json_body, refuse, response_head
 from .sse import SSEWriter
 from ..wire.metrics import Metrics
-from .routes import EventStream, Pending, Request, Response, collect_routes, route  # noqa: F401
+from .routes import EventStream, Pending, Request, Response, collect_routes, route, settle_blocking  # noqa: F401
 from ..validate import APIError
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.server_name, self.server_port = "mtok", sock.getsockname()[1]
         self.app = app
         self.routes = collect_routes(app)
+        self.submit_all = getattr(app, "submit_all", no_jobs)  # how a route's Job is submitted (routes.Job)
         self.api_key = api_key.encode() if api_key else None
         self.max_body = max_body
         self.read_timeout = timeout
@@ -264,12 +265,9 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
 
     # -- writing ---------------------------------------------------------------------
     def write(self, result: Any) -> None:
-        if isinstance(result, Pending):
-            result = result.wait()
+        result = settle_blocking(result, self.server.submit_all)
         if isinstance(result, EventStream):
             try:
-                if result.handle is not None:
-                    result.handle.wait_first()  # a refusal is still an HTTP status
                 self.send_events(result)
             finally:  # the writer owns a stream's handle: what a client left mid-stream is aborted
                 result.close()
@@ -324,3 +322,8 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s %s", self.address_string(), format % args)
+
+
+def no_jobs(requests: Any) -> Any:
+    """The ``submit_all`` of an app whose routes make no :class:`~mtok.api.routes.Job`."""
+    raise RuntimeError("a route returned a Job, and its app has no submit_all")

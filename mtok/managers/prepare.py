@@ -24,9 +24,9 @@ from ..models import ModelEntry
 ENCODE_SLICE = 256  # prompts tokenized between two looks at the client's connection
 
 
-def generate_prompts(obj: GenerateReqInput, model: ModelEntry, args: ServerArgs, watch: Optional[Any]
-                     ) -> List[List[int]]:
-    """The token ids of each prompt of ``obj`` (tokenized here when given as text)."""
+def prompt_texts(obj: GenerateReqInput, model: ModelEntry, args: ServerArgs) -> Optional[List[str]]:
+    """The checks of ``obj`` that need no token, and its prompts' texts to
+    tokenize (None when it gives token ids: those are checked here)."""
     check_skip_tokenizer_init(obj, args)
     if obj.logprobs is not None:  # before tokenizing: it needs no prompt
         check_top_logprobs(obj.logprobs.top_n, args.max_logprobs, obj.logprobs.param)
@@ -36,11 +36,16 @@ def generate_prompts(obj: GenerateReqInput, model: ModelEntry, args: ServerArgs,
     if obj.text is not None:
         texts = obj.text if obj.is_batch else [obj.text]
         check_batch_size(len(texts), args.max_prompts_per_request, "text")  # type: ignore[arg-type]
-        return encode_batch(model, texts, watch)  # type: ignore[arg-type]
+        return texts  # type: ignore[return-value]
     prompts = obj.input_ids if obj.is_batch else [obj.input_ids]  # type: ignore[list-item]
     check_batch_size(len(prompts), args.max_prompts_per_request, "input_ids")  # type: ignore[arg-type]
     model.check_ids(prompts, "input_ids")  # type: ignore[arg-type]
-    return prompts  # type: ignore[return-value]
+    return None
+
+
+def given_ids(obj: GenerateReqInput) -> List[List[int]]:
+    """The prompts of a request given as token ids (checked by :func:`prompt_texts`)."""
+    return obj.input_ids if obj.is_batch else [obj.input_ids]  # type: ignore[list-item,return-value]
 
 
 def generate_reqs(obj: GenerateReqInput, prompts: List[List[int]], model: ModelEntry, args: ServerArgs
@@ -170,13 +175,7 @@ def check_skip_tokenizer_init(obj: GenerateReqInput, args: ServerArgs) -> None:
 
 
 def encode_batch(model: ModelEntry, texts: List[str], watch: Optional[Any]) -> List[List[int]]:
-    """Tokenize in slices, and stop if the client has gone meanwhile; a single
-    text tokenized ahead with this turn's others (mtok.managers.ahead) is taken
-    as it is."""
-    if len(texts) == 1 and model.ahead:
-        ids = model.ahead.pop(texts[0], None)
-        if ids is not None:
-            return [ids]
+    """Tokenize in slices, and stop if the client has gone meanwhile."""
     out: List[List[int]] = []
     for start in range(0, len(texts), ENCODE_SLICE):
         if start and watch is not None and watch.gone():

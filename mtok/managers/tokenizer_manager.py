@@ -25,7 +25,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..wire.args import PortArgs, ServerArgs
 from ..chat_templates import load_chats
@@ -38,13 +38,13 @@ from ..wire.io_struct import (
     RpcOutput,
     RpcReq,
     ServerFailure,
-    TokenizedGenerateReqInput,
 )
 from ..wire.ipc import SharedSender, Receiver, Sender, SenderWrapper
 from .limits import new_rid
 from ..wire.metrics import Metrics
 from ..models import ModelEntry, load_tokenizers
-from .prepare import embedding_reqs, generate_prompts, generate_reqs
+from .batch_encode import BatchEncoder
+from .prepare import embedding_reqs, generate_reqs, given_ids, prompt_texts
 from .request_handle import ReqState, RequestHandle
 from ..tokenizer import Tokenizer
 from ..validate import APIError, bad
@@ -73,6 +73,7 @@ class TokenizerManager:
         self.models = self._load_models(server_args)
         self.default_model = next(iter(self.models.values()))
         self.rid_to_state: Dict[str, ReqState] = {}
+        self.encoder = BatchEncoder()  # submit_all's: many calls' prompts tokenized together
         self.rpc_waiters: Dict[str, "queue.SimpleQueue[RpcOutput]"] = {}
         self.failure: Optional[str] = None
         self.metrics = Metrics()  # this process's counters; the HTTP server counts into them too
@@ -181,13 +182,6 @@ class TokenizerManager:
         return self.default_model.tokenizer
 
     # -- requests ------------------------------------------------------------------
-    def tokenize_request(self, obj: GenerateReqInput, watch: Optional[Any] = None) -> List[TokenizedGenerateReqInput]:
-        """The scheduler's messages for ``obj`` (see :mod:`mtok.managers.prepare`); gives it rids if it has none."""
-        model = self.model(obj.model)
-        prompts = generate_prompts(obj, model, self.server_args, watch)
-        self.assign_rids(obj)
-        return generate_reqs(obj, prompts, model, self.server_args)
-
     def assign_rids(self, obj: GenerateReqInput) -> str:
         """Give ``obj`` one rid per prompt when the client gave none, and return the
         id of the whole request (a completion's id): its rid, or for a batch the
@@ -204,9 +198,44 @@ class TokenizerManager:
         """Tokenize and send at once; the returned handle yields the states as
         they change and must be closed (``with tm.submit(obj) as handle:``):
         closing aborts whatever has not finished."""
+        outcome = self.submit_all([(obj, watch)])[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def submit_all(self, calls: Sequence[Tuple[GenerateReqInput, Optional[Any]]]) -> List[Any]:
+        """:meth:`submit` several calls ``(obj, watch)`` at once, as one event-loop
+        turn submits its jobs: their text prompts tokenized together
+        (:mod:`mtok.managers.batch_encode`), then each sent.  Each outcome is the
+        call's handle, or the exception that refused it: a refusal costs its call only."""
         arrived = time.monotonic()  # latency and TTFT count tokenization too
-        reqs = self.tokenize_request(obj, watch)
-        return self._open(reqs, obj.stream, watch, arrived)
+        outcomes: List[Any] = [None] * len(calls)
+        texts: Dict[int, Any] = {}
+        for i, (obj, watch) in enumerate(calls):
+            try:
+                model = self.model(obj.model)
+                got = prompt_texts(obj, model, self.server_args)
+                if got is not None:
+                    texts[i] = (model, got, watch)
+            except Exception as e:  # noqa: BLE001 (the call's refusal)
+                outcomes[i] = e
+        encoded = self.encoder.encode(texts) if texts else {}
+        for i, (obj, watch) in enumerate(calls):
+            if outcomes[i] is None:
+                outcomes[i] = self._send_call(obj, watch, encoded.get(i), arrived)
+        return outcomes
+
+    def _send_call(self, obj: GenerateReqInput, watch: Optional[Any], prompts: Any, arrived: float) -> Any:
+        """One call of :meth:`submit_all` sent: its handle, or what refused it."""
+        try:
+            if isinstance(prompts, BaseException):
+                raise prompts
+            model = self.model(obj.model)
+            self.assign_rids(obj)
+            reqs = generate_reqs(obj, given_ids(obj) if prompts is None else prompts, model, self.server_args)
+            return self._open(reqs, obj.stream, watch, arrived)
+        except Exception as e:  # noqa: BLE001 (the call's refusal)
+            return e
 
     def submit_embedding(self, inputs: List[Any], model_name: Optional[str], watch: Optional[Any] = None
                          ) -> RequestHandle:
