@@ -3,8 +3,8 @@
 The ``loop`` (one event loop per worker process, on the shared ``listen`` socket)
 reads each request (``intake``: strict ``framing``; the gate of ``admission``) and
 hands it to a route in ``routes``, running what may block on its ``offload``
-pools and writing streams with ``sse``; ``server`` (``http.server``, a thread per
-connection) does the same where there is no loop.  The routes: SGLang's native ones in ``native``, OpenAI's in ``openai`` and ``chat``
+pools and writing streams with ``sse``; ``server`` (a thread per connection, with
+the loop's parts) does the same where there is no loop.  The routes: SGLang's native ones in ``native``, OpenAI's in ``openai`` and ``chat``
 (rendered by ``chat_prompt`` with :mod:`mtok.chat_templates`, parsed back by
 ``chat_parsing``), OpenAI's Responses API over chat in ``responses``, SGLang's
 ``/v1/score`` and ``/v1/rerank`` in ``scoring``, the parser routes in ``parser_routes``.  Bodies are read

@@ -1,9 +1,8 @@
-"""Watching client connections from outside their handler threads.
+"""Watching client connections from outside the threads that serve them.
 
-A handler blocked waiting for its request's results cannot see its socket, and
-one blocked reading a trickling request cannot see the clock.  These two
-watchers, one thread each per server, see for them: :class:`DisconnectWatcher`
-notices hang-ups, :class:`ReadDeadlines` cuts off requests that arrive too slowly.
+A thread blocked waiting for its request's results cannot see its socket:
+:class:`DisconnectWatcher`, one thread per server, notices hang-ups for it
+(a thread reading a request keeps its own deadline: :mod:`mtok.api.server`).
 A request's :class:`ConnectionWatch` is how whoever waits for its results (the
 request handle of :mod:`mtok.managers.request_handle`) learns of a hang-up: it
 starts watching after :data:`WATCH_AFTER` and raises :class:`ClientDisconnected`.
@@ -17,7 +16,6 @@ import select
 import selectors
 import socket
 import threading
-import time
 from typing import Any, Callable, Dict, Optional
 
 WATCH_AFTER = 0.05  # seconds a request waits before its connection is watched for hang-ups
@@ -165,41 +163,3 @@ class ConnectionWatch:
             return False
         except (OSError, ValueError):  # ValueError: closed already (the loop closes a hung-up connection)
             return True
-
-
-class ReadDeadlines:
-    """Ends requests that take longer than ``timeout`` to arrive (slow-loris),
-    however slowly each byte trickles in: the handler is marked expired and its
-    socket's read side shut, so the blocked read returns and the handler answers
-    408 instead of holding its thread."""
-
-    def __init__(self, timeout: float):
-        self.timeout = timeout
-        self._armed: Dict[Any, float] = {}
-        self._lock = threading.Lock()
-        threading.Thread(target=self._run, name="read-deadlines", daemon=True).start()
-
-    def arm(self, handler: Any) -> None:
-        handler.expired = False
-        with self._lock:
-            self._armed[handler] = time.monotonic() + self.timeout
-
-    def disarm(self, handler: Any) -> None:
-        with self._lock:
-            self._armed.pop(handler, None)
-
-    def _run(self) -> None:
-        tick = min(0.5, self.timeout / 4)
-        while True:
-            time.sleep(tick)  # a coarse clock, not synchronisation
-            now = time.monotonic()
-            with self._lock:
-                late = [h for h, t in self._armed.items() if t <= now]
-                for h in late:
-                    del self._armed[h]
-            for h in late:
-                h.expired = True
-                try:
-                    h.connection.shutdown(socket.SHUT_RD)
-                except OSError:
-                    pass

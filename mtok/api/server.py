@@ -1,52 +1,49 @@
-"""HTTP transport: ``http.server``, threaded, tuned, and strict.
+"""HTTP transport: the server every worker has, and its fallback of a thread
+per connection.
 
 :class:`HTTPServer` holds what both transports share: the routes, the limits,
-the counters and the metrics.  Its handler threads serve connections only
-where the event loop (:mod:`mtok.api.loop`) does not: with
-``--http-threads-only``, or on a system without epoll; then every connection
-gets a thread of its own.
+the counters and the metrics.  Its threads serve connections only where the
+event loop (:mod:`mtok.api.loop`) does not: with ``--http-threads-only``, or
+on a system without epoll; then every connection gets a thread of its own
+(:class:`ConnectionHandler`), which reads and answers with the loop's own
+parts: the connection object (:class:`~mtok.api.loop_conn.Conn`), the reader
+(:mod:`mtok.api.intake`, with the gate of :mod:`mtok.api.admission`), the
+encoders (:mod:`mtok.api.respond`, :mod:`mtok.api.sse`).  Only the waiting
+differs: a thread blocks on its socket and on its request's mailbox.
 
-The handler knows nothing of LLMs.  It reads a request within a deadline,
-enforces the body limit and the API key, dispatches to a route of the app
-(see :mod:`mtok.api.native`), and writes what the route returns: a JSON value, a
-:class:`Response`, or an :class:`EventStream` sent as server-sent events over
-chunked encoding.  Every error, its own included, is a JSON body.
+It knows nothing of LLMs: a route returns a JSON value, a :class:`Response`,
+a :class:`Pending`, an :class:`EventStream` or a :class:`Job`, and every
+error, its own included, is a JSON body.
 """
 
 from __future__ import annotations
 
-import http.server
 import logging
 import socket
 import socketserver
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Optional
 
-from .connections import ClientDisconnected, ConnectionWatch, DisconnectWatcher, ReadDeadlines
+from . import intake
+from .admission import with_cors
+from .connections import ClientDisconnected, ConnectionWatch, DisconnectWatcher
 from .listen import LISTEN_BACKLOG
-from .framing import (
-    CHUNKED,
-    NO_BODY,
-    FramingError,
-    field,
-    head_framing,
-    parse_request_line,
-    read_chunked,
-    read_exact,
-    read_headers,
-)
-from .admission import admit, closes_after_refusal, with_cors
-from .respond import JSON_TYPE, TEXT_TYPE, body_fields, encode_result, internal_error, json_body, refuse, response_head
-from .sse import SSEWriter
-from ..wire.metrics import Metrics
+from .loop_conn import Conn
+from .respond import body_fields, encode_outcome, refuse, response_head
 from .routes import EventStream, Pending, Request, Response, collect_routes, route, settle_blocking  # noqa: F401
+from .sse import SSEWriter
 from ..validate import APIError
+from ..wire.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
+RECV_SIZE = 256 << 10
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+TOO_LATE = "the request took too long to arrive"
 
-class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+
+class HTTPServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
@@ -55,9 +52,9 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def __init__(self, sock: socket.socket, app: Any, api_key: Optional[str], max_body: int, timeout: float,
                  max_connections: int = 1024, metrics: Optional[Metrics] = None):
         # Bind and listen happen elsewhere (the socket may be shared by workers).
-        socketserver.BaseServer.__init__(self, sock.getsockname(), RequestHandler)
+        socketserver.BaseServer.__init__(self, sock.getsockname(), ConnectionHandler)
         self.socket = sock
-        self.server_name, self.server_port = "mtok", sock.getsockname()[1]
+        self.server_port = sock.getsockname()[1]
         self.app = app
         self.routes = collect_routes(app)
         self.submit_all = getattr(app, "submit_all", no_jobs)  # how a route's Job is submitted (routes.Job)
@@ -65,7 +62,6 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.max_body = max_body
         self.read_timeout = timeout
         self.watcher = DisconnectWatcher()
-        self.deadlines = ReadDeadlines(timeout)
         self.tick: Optional[Callable[[], None]] = None
         self.metrics = metrics or Metrics()
         self.max_connections = max_connections
@@ -92,7 +88,7 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         return not full
 
     def release(self) -> None:
-        """Uncount a connection closed outside a handler thread (by the event loop)."""
+        """Uncount a connection closed (by a thread, or by the event loop)."""
         with self._count_lock:
             self.connections -= 1
 
@@ -121,207 +117,126 @@ class HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         logger.exception("unhandled error serving %s", client_address)
 
 
-class RequestHandler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    wbufsize = -1  # buffered writes: one send per response, not one per header
-    disable_nagle_algorithm = True
-    server_version = "mtok"
-    sys_version = ""
+class ConnectionHandler(socketserver.BaseRequestHandler):
+    """One connection, served in its thread from its first request to its last:
+    read a request (each within ``--http-timeout``, the wait for it on a kept-alive
+    connection included), run its route, write its answer."""
+
     server: HTTPServer
-    expired = False  # set by ReadDeadlines
 
-    def setup(self) -> None:
-        self.timeout = self.server.read_timeout
-        super().setup()
-
-    def finish(self) -> None:
-        """Close both files; what a client that left did not take is dropped
-        (the dispatch that saw it go has said so), not raised as a server error."""
-        for f in (self.wfile, self.rfile):
-            try:
-                f.close()  # the buffered writer closes its socket file even when its last flush fails
-            except OSError:
-                pass
-
-    # http.server calls do_<METHOD>; every method goes through dispatch.
-    def do_GET(self) -> None:
-        self.dispatch()
-
-    do_POST = do_GET
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("do_"):
-            return self.dispatch
-        raise AttributeError(name)
-
-    def handle_one_request(self) -> None:
-        # The whole request, from its first byte to the end of its body, must
-        # arrive within the deadline; so must the next one on a kept-alive
-        # connection, which is what bounds idle connections too.
-        self.server.deadlines.arm(self)
+    def handle(self) -> None:
+        sock = self.request
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = Conn(sock, self.client_address, time.monotonic())
         try:
-            super().handle_one_request()
-        except OSError:  # the last flush: the client left, or does not read
-            self.close_connection = True
-        finally:
-            self.server.deadlines.disarm(self)
-
-    def parse_request(self) -> bool:
-        """The request line and headers, parsed directly (http.server goes
-        through the email package, the largest cost of a small request) and
-        strictly (see :mod:`mtok.api.framing`)."""
-        self.command = None
-        self.request_version = "HTTP/0.9"
-        self.close_connection = True
-        self.body_done = True  # False while a body the client sent is unread
-        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
-        try:
-            self._parse_head()
-        except FramingError as e:
-            self.send_error(e.status, e.message)
-            return False
-        return True
-
-    def _parse_head(self) -> None:
-        self.command, self.path, self.request_version = parse_request_line(self.raw_requestline)
-        self.headers = read_headers(self.rfile, len(self.raw_requestline))
-        self.framing, self.body_length, self.close_connection = head_framing(
-            self.headers, self.request_version, self.server.max_body)
-        self.body_done = self.framing == NO_BODY
-
-    def dispatch(self) -> None:
-        self.server.count(1)
-        self.response_started = self.streaming = False
-        start = time.monotonic()
-        self.status = 0
-        try:
-            self._dispatch()
-        finally:
-            self.server.count(-1)
-            path = self.path.partition("?")[0]
-            endpoint = path if path in self.server.routes else "other"  # /v1/models/{model} counts as other
-            self.server.metrics.observe_request(endpoint, self.status, time.monotonic() - start)
-
-    def _dispatch(self) -> None:
-        path, _, query = self.path.partition("?")
-        try:
-            if self.expired:  # the headers were cut short by the deadline
-                self.close_connection = True
-                raise APIError("the request took too long to arrive", 408)
-            try:
-                handler = admit(self.server, self.command, path, self.headers, self.framing)
-            except APIError:
-                self.close_connection = self.close_connection or closes_after_refusal(self.server, self.framing)
-                raise
-            raw = self.read_body()
-            self.server.deadlines.disarm(self)
-            if self.expired:
-                raise APIError("the request took too long to arrive", 408)
-            req = Request(self.command, path, query, self.headers, raw, ConnectionWatch(self.server.watcher, self.connection))
-            self.write(handler(req))
-        except APIError as e:
-            self.fail(e)
-        except socket.timeout:  # a read or write stalled longer than --http-timeout
-            if self.response_started:
-                logger.warning("%s was too slow to read its response; closing", self.address_string())
-            self.fail(APIError("the request took too long to arrive", 408))
-        except (ClientDisconnected, BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-            if self.streaming:  # routine for a stream (a client that had enough): one line, no traceback
-                logger.info("client %s went away during a stream", self.address_string())
-        except Exception as e:  # a bug must cost one request, never the server
-            logger.exception("error in %s %s", self.command, path)
-            self.fail(internal_error(e))
-
-    def fail(self, e: APIError) -> None:
-        """Answer an error, unless a response has begun: then all the client can
-        be told is that the connection closes.  An error before the body was
-        read closes the connection too: its unread bytes are no next request."""
-        if not self.body_done or self.response_started or e.status == 408:
-            self.close_connection = True
-        if self.response_started:
+            while True:
+                plan = self.read_request(conn)
+                if plan is None:
+                    return
+                self.serve(conn, plan)
+                if conn.close:
+                    return
+        except OSError:  # the client left, or would not read: nothing more to tell it
             return
-        try:
-            self.send_json(e.body(), e.status, e.headers)
-        except OSError:
-            self.close_connection = True
 
-    def read_body(self) -> bytes:
-        """The body, as framed by the head (checked in parse_request).  The
-        client is told to go on (100 Continue) only now, when the request has
-        passed authentication and routing."""
-        if self.framing == NO_BODY:
+    def read_request(self, conn: Conn) -> Optional[intake.Plan]:
+        """The next request (a Plan), or None once the connection is done with."""
+        deadline, eof = time.monotonic() + self.server.read_timeout, False
+        while True:
+            got = intake.take(self.server, conn.buf, conn.progress, eof)
+            if got is intake.CONTINUE:
+                conn.sock.sendall(CONTINUE)
+            elif got is not intake.WAIT:
+                return got
+            elif eof:
+                return None
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:  # a request too slow to arrive is answered; an idle connection closed
+                    partial = conn.buf or conn.progress.head
+                    return intake.Plan(None, None, True, APIError(TOO_LATE, 408)) if partial else None
+                data = self.receive(conn.sock, remaining)
+                if data:
+                    conn.buf += data
+                elif data is not None:  # the client closed: a request cut short is refused
+                    if not (conn.buf or conn.progress.head):
+                        return None
+                    eof = True
+
+    @staticmethod
+    def receive(sock: socket.socket, timeout: float) -> Optional[bytes]:
+        """What the client sent within ``timeout`` (None: nothing in time; b"": it closed)."""
+        sock.settimeout(timeout)
+        try:
+            return sock.recv(RECV_SIZE)
+        except socket.timeout:
+            return None
+        except OSError:
             return b""
-        if field(self.headers, "expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
-            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            self.wfile.flush()
-        expired = lambda: self.expired  # noqa: E731
-        if self.framing == CHUNKED:
-            data = read_chunked(self.rfile, self.server.max_body, expired)
-        else:
-            data = read_exact(self.rfile, self.body_length, expired)
-        self.body_done = True
-        return data
 
-    # -- writing ---------------------------------------------------------------------
-    def write(self, result: Any) -> None:
-        result = settle_blocking(result, self.server.submit_all)
-        if isinstance(result, EventStream):
-            try:
-                self.send_events(result)
-            finally:  # the writer owns a stream's handle: what a client left mid-stream is aborted
-                result.close()
-        else:
-            self.send_body(*encode_result(result))
-
-    def send_json(self, body: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> None:
-        self.send_body(status, json_body(body), JSON_TYPE, headers)
-
-    def send_text(self, text: str, status: int = 200, headers: Optional[Dict[str, str]] = None) -> None:
-        self.send_body(status, text.encode(), TEXT_TYPE, headers)
-
-    def send_body(self, status: int, data: bytes, content_type: str, headers: Optional[Dict[str, str]]) -> None:
-        head = self._head(status, body_fields(data, content_type), headers)
-        # one send, past the buffered writer (empty: a 100 Continue is flushed at once)
-        self.connection.sendall(head if self.command == "HEAD" else head + data)
-
-    def _head(self, status: int, fields: str, headers: Optional[Dict[str, str]]) -> bytes:
-        """The status line and headers in one piece (send_header, per header, costs more)."""
-        self.status = status
-        self.response_started = True
-        if logger.isEnabledFor(logging.DEBUG):
-            self.log_request(status)
-        headers = with_cors(self.server.cors, getattr(self, "headers", None), headers)
-        return response_head(self.protocol_version, status, fields, headers, self.close_connection)
-
-    def send_events(self, stream: EventStream) -> None:
-        """The stream as server-sent events, one flush per event; :meth:`write`, its owner, closes it."""
-        sse = SSEWriter(stream, self.request_version)
-        if not sse.chunked:
-            self.close_connection = True
-        write, flush = self.wfile.write, self.wfile.flush
-        self.streaming = True
-        write(self._head(200, sse.head_fields(), stream.headers))
-        while not sse.ended:
-            write(sse.pull(1)[0])
-            flush()
-
-    def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
-        """http.server's own errors (bad request line, header flood, ...) as JSON."""
-        self.close_connection = True
-        if self.expired:
-            code, message = 408, "the request took too long to arrive"
-        if self.request_version == "HTTP/0.9":  # the request line was unreadable; answer with a status line
-            self.request_version = "HTTP/1.0"
-        body = APIError(message or self.responses.get(code, ("error",))[0], code).body()
+    def serve(self, conn: Conn, plan: intake.Plan) -> None:
+        server = self.server
+        server.count(1)
+        start, endpoint = time.monotonic(), "other"
+        conn.status, conn.close = 0, plan.close
+        conn.head_only, conn.version, conn.request_headers = plan.command == "HEAD", plan.version, plan.headers
         try:
-            self.send_json(body, code)
-        except OSError:
-            pass
+            result: Any = plan.error
+            if result is None:
+                req = plan.request
+                endpoint = req.path if req.path in server.routes else "other"
+                req.watch = ConnectionWatch(server.watcher, conn.sock)
+                result = self.run(plan.handler, req)
+            self.write(conn, result, endpoint)
+        finally:
+            server.count(-1)
+            server.metrics.observe_request(endpoint, conn.status, time.monotonic() - start)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("%s %s", self.address_string(), format % args)
+    def run(self, handler: Callable[[Request], Any], req: Request) -> Any:
+        """The route's answer, waited for (a Job submitted alone, a Pending's
+        results, a stream's first update), or the exception it raised."""
+        try:
+            return settle_blocking(handler(req), self.server.submit_all)
+        except Exception as e:  # noqa: BLE001 (a refusal, a hang-up, a bug: written as the loop writes them)
+            return e
+
+    def write(self, conn: Conn, result: Any, endpoint: str) -> None:
+        conn.sock.settimeout(self.server.read_timeout)  # each piece of the answer taken within --http-timeout
+        try:
+            if isinstance(result, EventStream):
+                try:
+                    return self.write_stream(conn, result)
+                finally:  # the writer owns a stream's handle: what a client left mid-stream is aborted
+                    result.close()
+            status, data, content_type, headers = encode_outcome(result, endpoint)
+            if status is None:  # the client left
+                conn.close = True
+                return
+            conn.status = status
+            conn.close = conn.close or status == 408
+            head = response_head("HTTP/1.1", status, body_fields(data, content_type),
+                                 with_cors(self.server.cors, conn.request_headers, headers), conn.close)
+            conn.sock.sendall(head if conn.head_only else head + data)
+        except socket.timeout:
+            logger.warning("%s was too slow to read its response; closing", conn.addr[0])
+            conn.close = True
+
+    def write_stream(self, conn: Conn, stream: EventStream) -> None:
+        """The stream as server-sent events, one send per event."""
+        sse = SSEWriter(stream, conn.version)
+        conn.close = conn.close or not sse.chunked
+        conn.status = 200
+        headers = with_cors(self.server.cors, conn.request_headers, stream.headers)
+        try:
+            conn.sock.sendall(response_head("HTTP/1.1", 200, sse.head_fields(), headers, conn.close))
+            while not sse.ended:
+                conn.sock.sendall(sse.pull(1)[0])
+        except (ClientDisconnected, BrokenPipeError, ConnectionResetError):
+            conn.close = True  # routine for a stream (a client that had enough): one line, no traceback
+            logger.info("client %s went away during a stream", conn.addr[0])
+        except Exception:  # noqa: BLE001 (a bug mid-stream: all the client can be told is the close)
+            conn.close = True
+            logger.exception("error writing the stream of %s", conn.addr[0])
 
 
 def no_jobs(requests: Any) -> Any:
