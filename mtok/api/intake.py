@@ -26,6 +26,8 @@ from ..validate import APIError, parse_json
 
 INLINE_MAX_BODY = 64 << 10  # larger bodies are parsed, and their routes run, on the loop's pool
 WAIT, CONTINUE = "wait", "continue"
+CONTINUE_RESPONSE = b"HTTP/1.1 100 Continue\r\n\r\n"  # what a transport sends on CONTINUE
+RECV_SIZE = 256 << 10  # the bytes a transport reads from a connection at a time
 
 
 @dataclass

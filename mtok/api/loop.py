@@ -57,9 +57,7 @@ from ..validate import APIError
 logger = logging.getLogger(__name__)
 
 AVAILABLE = hasattr(select, "epoll") and hasattr(select, "EPOLLRDHUP")
-RECV_SIZE = 256 << 10
 WAITING_THREADS = 16  # the waiting pool: routes that block on the scheduler (/health_generate...)
-CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 def enabled(args: Any) -> bool:
@@ -274,7 +272,7 @@ class EventLoop(Responder):
 
     def _read(self, conn: Conn) -> None:
         try:
-            data = conn.sock.recv(RECV_SIZE)
+            data = conn.sock.recv(intake.RECV_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -328,7 +326,7 @@ class EventLoop(Responder):
 
     def _send_continue(self, conn: Conn) -> None:
         try:
-            conn.sock.send(CONTINUE)  # 25 bytes to an idle socket: its buffer takes them
+            conn.sock.send(intake.CONTINUE_RESPONSE)  # 25 bytes to an idle socket: its buffer takes them
         except OSError:
             self._close(conn)
 

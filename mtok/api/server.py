@@ -38,8 +38,6 @@ from ..wire.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
-RECV_SIZE = 256 << 10
-CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 TOO_LATE = "the request took too long to arrive"
 
 
@@ -145,7 +143,7 @@ class ConnectionHandler(socketserver.BaseRequestHandler):
         while True:
             got = intake.take(self.server, conn.buf, conn.progress, eof)
             if got is intake.CONTINUE:
-                conn.sock.sendall(CONTINUE)
+                conn.sock.sendall(intake.CONTINUE_RESPONSE)
             elif got is not intake.WAIT:
                 return got
             elif eof:
@@ -168,7 +166,7 @@ class ConnectionHandler(socketserver.BaseRequestHandler):
         """What the client sent within ``timeout`` (None: nothing in time; b"": it closed)."""
         sock.settimeout(timeout)
         try:
-            return sock.recv(RECV_SIZE)
+            return sock.recv(intake.RECV_SIZE)
         except socket.timeout:
             return None
         except OSError:
