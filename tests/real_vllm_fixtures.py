@@ -78,6 +78,10 @@ class Peer:
     def running(self) -> float:
         return self.metric("vllm:num_requests_running")
 
+    def generated(self) -> float:
+        """Every token vLLM has generated since it booted (aborted requests' too)."""
+        return self.metric("vllm:generation_tokens_total")
+
 
 @pytest.fixture(scope="session")
 def vllm_venv() -> str:

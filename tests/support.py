@@ -25,16 +25,23 @@ SHARED_TOKENIZERS = os.path.join(ROOT, "..", "shared", "tokenizers")
 READY = re.compile(r"mtok ready on http://\[?([^\]\s]+?)\]?:(\d+)")
 
 
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy, or fail at the deadline."""
+def poll_until(predicate, timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy, and return that;
+    at the deadline, its last (falsy) value."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
-        if value:
+        if value or time.monotonic() > deadline:
             return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail at the deadline."""
+    value = poll_until(predicate, timeout, interval)
+    if not value:
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+    return value
 
 
 def vm_kib(pid: int, field: str) -> int:

@@ -27,7 +27,7 @@ import socket
 import pytest
 
 from real_vllm_fixtures import MODEL, Peer, incomplete_utf8, mtok_before, restarted
-from support import parse_sse, wait_for
+from support import parse_sse, poll_until, wait_for
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(600)]
 
@@ -262,31 +262,62 @@ def open_stream(front, path, body):
 
 
 LONG = {"model": MODEL, "prompt": PROMPTS["ascii"], "max_tokens": 900, "ignore_eos": True, "stream": True}
+EARLY = 300  # of LONG's 900 tokens: a stream this far along has seconds of its life left
+
+
+def stream_running_early(front, engine: Peer, path: str, body, tries: int = 3):
+    """A long stream through mtok, read to its first event, that vLLM is seen
+    running early in its life; and vLLM's token count before it.
+
+    At ~150 tokens/s the tiny model generates LONG in about 6 s, and on a
+    loaded machine mtok's client can fall seconds behind vLLM: a stream
+    found already finished (or nearly) proves nothing about an abort, so it
+    is let go and another is opened (``body`` may be a function of the try,
+    for a rid of its own).  Each miss is in the failure message."""
+    misses = []
+    for attempt in range(tries):
+        before = engine.generated()
+        conn, resp, events, first = open_stream(front, path, body(attempt) if callable(body) else body)
+        running = poll_until(lambda: engine.running() == 1, 10)
+        done = engine.generated() - before
+        if running and done < EARLY:
+            return conn, events, first, before
+        misses.append({"seen_running": running, "tokens_generated": done})
+        conn.close()
+        wait_for(lambda: engine.running() == 0, 30, what="the missed stream to end")
+    pytest.fail(f"vLLM was never seen running a stream early in its life in {tries} tries: {misses}")
 
 
 def test_abort_by_disconnect(front):
+    """The client goes away: mtok aborts the request in vLLM, which stops
+    generating at once (it has hundreds of tokens to go)."""
     engine = Peer(front.engine.port)
-    conn, resp, events, first = open_stream(front, "/v1/completions", LONG)
+    conn, events, first, before = stream_running_early(front, engine, "/v1/completions", LONG)
     assert first["choices"][0]["text"] is not None
-    wait_for(lambda: engine.running() == 1, 10, what="vLLM to run the request")
     conn.sock.shutdown(socket.SHUT_RDWR)
     conn.close()
-    wait_for(lambda: engine.running() == 0, 1, what="vLLM to abort the request of a client that went away")
+    wait_for(lambda: engine.running() == 0, 3, what="vLLM to abort the request of a client that went away")
+    assert engine.generated() - before < LONG["max_tokens"], "vLLM generated the whole stream: it was not aborted"
 
 
 def test_abort_request(front):
     engine = Peer(front.engine.port)
-    rid = f"real-vllm-abort-{front.workers}"
-    body = {"rid": rid, "text": PROMPTS["ascii"], "stream": True,
-            "sampling_params": {"max_new_tokens": 900, "ignore_eos": True}}
-    conn, resp, events, first = open_stream(front, "/generate", body)
-    wait_for(lambda: engine.running() == 1, 10, what="vLLM to run the request")
+    rids = []
+
+    def body(attempt):
+        rids.append(f"real-vllm-abort-{front.workers}-{attempt}")
+        return {"rid": rids[-1], "text": PROMPTS["ascii"], "stream": True,
+                "sampling_params": {"max_new_tokens": 900, "ignore_eos": True}}
+
+    conn, events, first, before = stream_running_early(front, engine, "/generate", body)
+    rid = rids[-1]
     status, got = front.post("/abort_request", {"rid": rid})
     assert status == 200 and got["aborted"] is True, got
-    wait_for(lambda: engine.running() == 0, 1, what="vLLM to abort the request mtok aborted")
+    wait_for(lambda: engine.running() == 0, 3, what="vLLM to abort the request mtok aborted")
     rest = list(events)
     finish = [e["meta_info"]["finish_reason"] for e in rest if isinstance(e, dict) and "meta_info" in e]
     assert finish and finish[-1]["type"] == "abort", rest[-3:]
+    assert engine.generated() - before < 900, "vLLM generated the whole stream: it was not aborted"
     conn.close()
 
 
@@ -300,12 +331,13 @@ def test_engine_killed_mid_stream(vllm_ids_only, vllm_model, sig):
     with restarted(vllm_ids_only):
         srv = mtok_before(vllm_ids_only, vllm_model, 2)
         try:
-            conn, resp, events, first = open_stream(srv, "/v1/completions", LONG)
+            engine = Peer(vllm_ids_only.port)
+            conn, events, first, before = stream_running_early(srv, engine, "/v1/completions", LONG)
             conn.sock.settimeout(20)  # "within seconds": a stream silent this long fails the test
             vllm_ids_only.signal_api_server(sig)
             got = list(events)  # socket.timeout: a stream held silent (difference 3 of issue 26)
             errors = [e for e in got if isinstance(e, dict) and "error" in e]
-            assert errors and got[-1] == "[DONE]", got[-3:]
+            assert errors and got[-1] == "[DONE]", (len(got), finish_of(got), got[-3:])
             wait_for(lambda: srv.get("/health")[0] == 503, 15, what="mtok's /health to say 503")
             vllm_ids_only.restart()
             wait_for(lambda: srv.get("/health")[0] == 200, 15, what="mtok's /health to recover")
