@@ -87,22 +87,30 @@ def publish(area: memoryview, snapshot: Dict[str, Any]) -> bool:
     data = json.dumps(snapshot, separators=(",", ":")).encode()
     if _HEAD.size + len(data) > len(area):
         return False
-    seq, _ = _HEAD.unpack_from(area, 0)
-    _HEAD.pack_into(area, 0, seq + 1, 0)  # odd: a write is under way
+    head = area[: _HEAD.size].cast("I")  # whole-word stores: a reader never sees half a number
+    seq = head[0]
+    head[0] = seq + 1  # odd: a write is under way
     area[_HEAD.size : _HEAD.size + len(data)] = data
-    _HEAD.pack_into(area, 0, seq + 2, len(data))
+    head[1] = len(data)
+    head[0] = (seq + 2) & 0xFFFFFFFF
+    head.release()
     return True
 
 
 def read(area: memoryview, tries: int = 100) -> Optional[Dict[str, Any]]:
-    for _ in range(tries):
-        seq, n = _HEAD.unpack_from(area, 0)
-        if seq & 1:
-            continue
-        data = bytes(area[_HEAD.size : _HEAD.size + n])
-        if _HEAD.unpack_from(area, 0)[0] == seq:
-            return json.loads(data) if n else None
-    return None
+    head = area[: _HEAD.size].cast("I")
+    try:
+        for _ in range(tries):
+            seq = head[0]
+            if seq & 1:
+                continue
+            n = head[1]
+            data = bytes(area[_HEAD.size : _HEAD.size + n])
+            if head[0] == seq:
+                return json.loads(data) if n else None
+        return None
+    finally:
+        head.release()
 
 
 def merge(snapshots: Iterable[Optional[Dict[str, Any]]]) -> Dict[str, Any]:

@@ -5,6 +5,12 @@ writes its own heartbeat and counters into its slot.  Any worker can then
 answer ``/health`` or ``/get_server_info`` for the whole server without a
 round trip, and the supervisor spots a wedged worker by its stale heartbeat
 (:class:`SilenceWatch`).  Each field has exactly one writer, so no lock is needed.
+
+A field another process reads while it is written (a heartbeat, a count)
+goes through a view of the board as 64-bit words: one aligned word is one
+load or store.  ``struct.pack_into`` writes a ``Q`` a byte at a time, and a
+reader racing it saw heartbeats hours old (or in the future) and blamed a
+serving worker for silence it never kept.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from .args import SHM_PREFIX, attach_shm, create_shm
 _HEADER = struct.Struct("<4sHHBxxxIQ")  # magic, version, nslots, state, restarts, started_ns
 _SLOT = struct.Struct("<IBxHQQ128s")  # pid, state, open connections, heartbeat_ns, served, IPC name
 _STATE_CONNS = struct.Struct("<BxH")
+_BEAT = struct.calcsize("<IBxH")  # where the heartbeat, a word, begins in a slot
+_SERVED = _BEAT + 8  # the served count, a word
+_NAME = _SERVED + 8
 FRESH_HEARTBEAT = 1.0  # seconds: a worker whose heartbeat is older is not counted on to accept
 HEADER_SIZE = 64
 SLOT_SIZE = 16384  # room after the fixed fields for the process's metrics snapshot
@@ -66,6 +75,7 @@ class StatusBoard:
     def __init__(self, shm, nslots: int):
         self.shm = shm
         self.buf = shm.buf
+        self.words = shm.buf[: (len(shm.buf) // 8) * 8].cast("Q")  # whole-word reads and writes (see above)
         self.nslots = nslots
 
     @classmethod
@@ -85,6 +95,7 @@ class StatusBoard:
         return cls(shm, nslots)
 
     def close(self) -> None:
+        self.words.release()
         self.buf = None  # type: ignore[assignment]
         try:
             self.shm.close()
@@ -119,22 +130,27 @@ class StatusBoard:
     def claim(self, index: int, pid: int, name: str = "", state: SlotState = SlotState.BOOTING) -> None:
         """Give a slot to a new process; its counters start from zero."""
         off = self._offset(index)
-        self.buf[off : off + SLOT_SIZE] = bytes(SLOT_SIZE)
-        _SLOT.pack_into(self.buf, off, pid, state, 0, time.monotonic_ns(), 0, name.encode()[:128])
+        self.words[(off + _BEAT) // 8] = time.monotonic_ns()  # first, and never zero: it may be read meanwhile
+        self.buf[off : off + _BEAT] = bytes(_BEAT)
+        self.buf[off + _BEAT + 8 : off + SLOT_SIZE] = bytes(SLOT_SIZE - _BEAT - 8)
+        struct.pack_into("<IB", self.buf, off, pid, state)
+        self.buf[off + _NAME : off + _NAME + 128] = name.encode()[:128].ljust(128, b"\0")
 
     def set_state(self, index: int, state: SlotState) -> None:
         struct.pack_into("<B", self.buf, self._offset(index) + 4, state)
 
     def heartbeat(self, index: int) -> None:
-        struct.pack_into("<Q", self.buf, self._offset(index) + 8, time.monotonic_ns())
+        self.words[(self._offset(index) + _BEAT) // 8] = time.monotonic_ns()
+
+    def _beat(self, index: int) -> int:
+        return self.words[(self._offset(index) + _BEAT) // 8]
 
     def last_beat(self, index: int) -> Tuple[int, int]:
         """The slot's (pid, heartbeat_ns): which process, and which beat."""
-        off = self._offset(index)
-        return struct.unpack_from("<I", self.buf, off)[0], struct.unpack_from("<Q", self.buf, off + 8)[0]
+        return struct.unpack_from("<I", self.buf, self._offset(index))[0], self._beat(index)
 
     def set_served(self, index: int, n: int) -> None:
-        struct.pack_into("<Q", self.buf, self._offset(index) + 16, n)
+        self.words[(self._offset(index) + _SERVED) // 8] = n
 
     def fewest_connections(self, index: int, n: int) -> bool:
         """Publish that worker ``index`` holds ``n`` open connections, and say
@@ -144,8 +160,7 @@ class StatusBoard:
         for i in range(FIRST_WORKER_SLOT, self.nslots):
             off = self._offset(i)
             state, conns = _STATE_CONNS.unpack_from(self.buf, off + 4)
-            if conns < n and state == SlotState.READY and \
-                    now - struct.unpack_from("<Q", self.buf, off + 8)[0] < FRESH_HEARTBEAT * 1e9:
+            if conns < n and state == SlotState.READY and now - self._beat(i) < FRESH_HEARTBEAT * 1e9:
                 return False
         return True
 
@@ -155,8 +170,10 @@ class StatusBoard:
         return self.buf[off : off + SLOT_EXTRA]
 
     def slot(self, index: int) -> SlotInfo:
-        pid, state, _, hb, served, name = _SLOT.unpack_from(self.buf, self._offset(index))
-        age = (time.monotonic_ns() - hb) / 1e9
+        off = self._offset(index)
+        pid, state, _, _, _, name = _SLOT.unpack_from(self.buf, off)
+        age = (time.monotonic_ns() - self._beat(index)) / 1e9
+        served = self.words[(off + _SERVED) // 8]
         return SlotInfo(index, pid, SlotState(state), age, served, name.rstrip(b"\0").decode())
 
     def failure_message(self) -> str:

@@ -116,3 +116,42 @@ def test_a_claimed_slot_is_never_read_with_a_zero_heartbeat(board):
     board.claim(FIRST_WORKER_SLOT, 4242)
     pid, beat = board.last_beat(FIRST_WORKER_SLOT)
     assert pid == 4242 and beat > 0 and board.slot(FIRST_WORKER_SLOT).heartbeat_age < 5
+
+
+def _beat_and_publish(name: str, slot: int, rounds: int) -> None:
+    from mtok.wire import metrics
+
+    board = StatusBoard.attach(name)
+    for i in range(rounds):
+        board.heartbeat(slot)
+        metrics.publish(board.extra(slot), {"i": i, "pad": "x" * (i % 7)})
+    board.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_reader_racing_the_writer_never_sees_half_a_number(board):
+    """Another process beats and publishes as fast as it can while this one
+    reads: every heartbeat age is a real one (struct's byte-at-a-time stores
+    gave ages of hours, or in the future, on one read in ten) and every
+    snapshot is whole."""
+    import multiprocessing
+
+    from mtok.wire import metrics
+
+    board.claim(FIRST_WORKER_SLOT, 4242)
+    metrics.publish(board.extra(FIRST_WORKER_SLOT), {"i": -1, "pad": ""})
+    writer = multiprocessing.get_context("spawn").Process(
+        target=_beat_and_publish, args=(board.shm.name.lstrip("/"), FIRST_WORKER_SLOT, 200_000))
+    writer.start()
+    try:
+        reads, whole, wrong = 0, 0, []
+        while writer.is_alive() or reads < 1000:
+            age = board.slot(FIRST_WORKER_SLOT).heartbeat_age
+            snap = metrics.read(board.extra(FIRST_WORKER_SLOT))  # None: every try found a write under way
+            reads += 1
+            whole += snap is not None
+            if not -1.0 < age < 60.0 or not (snap is None or set(snap) == {"i", "pad"}):
+                wrong.append((age, snap))
+        assert writer.exitcode == 0 and wrong == [] and whole > 0, (reads, whole, wrong[:5])
+    finally:
+        writer.join(30)
