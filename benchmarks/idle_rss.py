@@ -42,7 +42,7 @@ def main():
     for name, path in (("built-in", None), ("128k", big)):
         for backend in ("python", "hf"):
             with mtok.launch(port=0, tokenizer_worker_num=2, tokenizer_path=path, tokenizer_backend=backend,
-                             log_level="warning") as h:
+                             detokenizer="process", log_level="warning") as h:  # every process its own row
                 for _ in range(4):
                     body = json.dumps({"text": "hello world " * 20, "sampling_params": {"max_new_tokens": 8}}).encode()
                     req = urllib.request.Request(h.url + "/generate", body, {"Content-Type": "application/json"})

@@ -126,6 +126,12 @@ SETTINGS: Tuple[Setting, ...] = (
        doc="`hf` (the `tokenizers` library), `python` (mtok's runtime), `auto` (hf when installed)"),
     _S(("--tokenizer-worker-num",), "HTTP/tokenizer worker processes (default: %(default)s)", 1, int,
        check=at_least(1)),
+    _S(("--detokenizer",), "where token ids become text: 'inline' = in the scheduler's process (one hop less "
+       "per step), 'process' = a process of its own, as SGLang (default: %(default)s)", "inline",
+       choices=("inline", "process"),
+       doc="where token ids become text: `inline` (in the scheduler's process: one hop, one pickling and one "
+           "wake-up less per step) or `process` (a process of its own, SGLang's layout: decoding gets a core "
+           "of its own) (see [architecture.md](architecture.md#the-processes))"),
     _S(("--engine",), "'echo' or module:attr of an engine class (default: %(default)s)", "echo",
        doc="`echo`, `sglang:URL`, `vllm:URL`, `module:attr` or `path/file.py:attr` "
            "(see `examples/custom_engine.py`)"),

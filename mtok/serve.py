@@ -195,10 +195,11 @@ class Arbiter:
         )
 
     def spawn_core(self) -> None:
-        for role, slot, target in (
-            ("scheduler", SCHEDULER_SLOT, run_scheduler_process),
-            ("detokenizer", DETOKENIZER_SLOT, run_detokenizer_process),
-        ):
+        """The scheduler, and the detokenizer's process unless it runs in the scheduler's (``--detokenizer``)."""
+        roles = [("scheduler", SCHEDULER_SLOT, run_scheduler_process)]
+        if self.args.detokenizer == "process":
+            roles.append(("detokenizer", DETOKENIZER_SLOT, run_detokenizer_process))
+        for role, slot, target in roles:
             self.core.append(self._spawn(role, slot, target, (self.args_ref, self.authkey, self.pid)))
 
     def _boot_single(self) -> None:

@@ -276,7 +276,9 @@ class Api(OpenAIRoutes, ChatRoutes, ParserRoutes, ScoringRoutes, ResponsesRoutes
             "state": self.board.state.name.lower(),
             "processes": {"main": main_pid,
                           "scheduler": self.board.slot(SCHEDULER_SLOT).pid,
-                          "detokenizer": self.board.slot(DETOKENIZER_SLOT).pid},
+                          # inline, the scheduler's process decodes
+                          "detokenizer": self.board.slot(DETOKENIZER_SLOT if self.args.detokenizer == "process"
+                                                         else SCHEDULER_SLOT).pid},
             "tokenizer_worker_num": self.args.tokenizer_worker_num,
             "workers": workers,
             "worker_restarts": self.board.restarts,

@@ -35,11 +35,12 @@ class DecodeStatus(DecodeState):
 
 class DetokenizerManager:
     """Token-id batches in (:meth:`handle`), text batches out.  Constructing
-    one loads the models' tokenizers and touches nothing else."""
+    one loads the models' tokenizers (or takes those given: the scheduler's,
+    when it runs in the scheduler's process) and touches nothing else."""
 
-    def __init__(self, server_args: ServerArgs):
+    def __init__(self, server_args: ServerArgs, tokenizers: Optional[Dict[str, Any]] = None):
         specs = server_args.model_specs()
-        tokenizers = load_tokenizers(specs, server_args.tokenizer_backend)
+        tokenizers = tokenizers or load_tokenizers(specs, server_args.tokenizer_backend)
         self.decoders = {s.name: IncrementalDecoder(tokenizers[s.name]) for s in specs}
         self.default_model = specs[0].name
         self.tokenizer = tokenizers[self.default_model]

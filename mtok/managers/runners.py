@@ -23,6 +23,15 @@ build the core and bind inside the boot handshake, serve until SIGTERM, close,
 exit.  Where the detokenizer's outputs go is chosen once, here: to the one
 TokenizerManager (:class:`ToTokenizerManager`), or by the worker address on
 each request (:class:`ToWorkers`).
+
+Where the detokenizer runs is chosen here too (``--detokenizer``): in the
+scheduler's process (``inline``, :class:`InlineDetokenizer`: each step's
+batch is decoded where it is made and goes straight to the workers) or in a
+process of its own (``process``, SGLang's layout).  Inline, a step costs one
+hop, one pickling and one wake-up less; measured on 2 cores it is the faster
+at one request at a time and at 64 streams alike (docs/benchmarks.md).  A
+process of its own gives the decoding a core of its own, for when the
+scheduler's process is the one that is busy.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import signal
 import threading
 from typing import Any, Iterable, List, Optional
 
+from ..models import load_tokenizers
 from ..procutil import ChildBoot, exit_now
 from ..wire.args import PortArgs, read_args
 from ..wire.io_struct import AbortReq, BaseBatchReq, group_by_worker
@@ -47,22 +57,31 @@ logger = logging.getLogger(__name__)
 
 
 class SchedulerRunner:
-    """The scheduler process's sockets, status-board gauges and loop."""
+    """The scheduler process's sockets, status-board gauges and loop.
+    ``detokenizer``: a :class:`~mtok.managers.detokenizer.DetokenizerManager`
+    to run here (``--detokenizer inline``), or None to send each step to the
+    detokenizer's process."""
 
     def __init__(self, scheduler: Scheduler, port_args: PortArgs, authkey: bytes,
-                 board: Optional[StatusBoard] = None):
+                 board: Optional[StatusBoard] = None, detokenizer: Optional[DetokenizerManager] = None):
         self.scheduler = scheduler
         self.port_args = port_args
         self.authkey = authkey
         self.board = board
+        self.detokenizer = detokenizer
         self.inbox: Optional[Receiver] = None
-        self.to_detokenizer: Optional[Sender] = None
+        self.to_detokenizer: Any = None  # a Sender, or an InlineDetokenizer: send() and close()
         self.detokenizer_gone = False  # set once a send fails: its death is the supervisor's to handle
         self._published: Optional[tuple] = None
 
     def bind(self) -> None:
         self.inbox = Receiver(self.port_args.scheduler_inbox, self.authkey)
-        self.to_detokenizer = Sender(self.port_args.detokenizer_inbox, self.authkey)
+        if self.detokenizer is None:
+            self.to_detokenizer = Sender(self.port_args.detokenizer_inbox, self.authkey)
+        else:
+            workers = self.scheduler.server_args.tokenizer_worker_num
+            self.to_detokenizer = InlineDetokenizer(self.detokenizer, output_sink(
+                workers, self.port_args.reply_inbox, self.authkey))
 
     def serve_forever(self) -> None:
         core = self.scheduler
@@ -83,7 +102,8 @@ class SchedulerRunner:
             try:
                 self.to_detokenizer.send(msg)
             except ConnectionError as e:
-                logger.error("cannot reach the detokenizer: %s; dropping all requests", e)
+                whom = "the tokenizer manager" if self.detokenizer is not None else "the detokenizer"
+                logger.error("cannot reach %s: %s; dropping all requests", whom, e)
                 self.detokenizer_gone = True
                 self.scheduler.drop_all()
 
@@ -104,6 +124,29 @@ class SchedulerRunner:
         for part in (self.inbox, self.to_detokenizer, self.board):
             if part is not None:
                 part.close()
+
+
+class InlineDetokenizer:
+    """The detokenizer in the scheduler's process: what the scheduler would
+    send to the detokenizer's inbox goes through the core here, and what it
+    gives back to the sink, as :class:`DetokenizerRunner` would."""
+
+    def __init__(self, manager: DetokenizerManager, sink: Any):
+        self.manager = manager
+        self.sink = sink
+
+    def send(self, msg: Any) -> None:
+        out = self.manager.handle(msg)
+        if out is not None:
+            self.sink.deliver(out)
+
+    def close(self) -> None:
+        self.sink.close()
+
+
+def output_sink(workers: int, reply_inbox: str, authkey: bytes) -> Any:
+    """Where decoded outputs go: the one TokenizerManager, or each worker its piece."""
+    return (ToTokenizerManager if workers == 1 else ToWorkers)(reply_inbox, authkey)
 
 
 class ToTokenizerManager:
@@ -157,8 +200,7 @@ class DetokenizerRunner:
 
     def bind(self) -> None:
         self.inbox = Receiver(self.port_args.detokenizer_inbox, self.authkey)
-        sink = ToTokenizerManager if self.workers == 1 else ToWorkers
-        self.sink = sink(self.port_args.reply_inbox, self.authkey)
+        self.sink = output_sink(self.workers, self.port_args.reply_inbox, self.authkey)
 
     def serve_forever(self) -> None:
         while True:
@@ -193,8 +235,10 @@ def _serve_until_sigterm(runner: Any) -> None:
 def run_scheduler_process(args_ref: str, authkey: bytes, parent_pid: int, ready_conn) -> None:
     server_args, port_args = read_args(args_ref)
     with ChildBoot("scheduler", parent_pid, ready_conn, server_args.log_level):
-        runner = SchedulerRunner(Scheduler(server_args), port_args, authkey,
-                                 StatusBoard.attach(port_args.status_name))
+        tokenizers = load_tokenizers(server_args.model_specs(), server_args.tokenizer_backend)
+        inline = DetokenizerManager(server_args, tokenizers) if server_args.detokenizer == "inline" else None
+        runner = SchedulerRunner(Scheduler(server_args, tokenizers), port_args, authkey,
+                                 StatusBoard.attach(port_args.status_name), inline)
         runner.bind()
     _serve_until_sigterm(runner)
 

@@ -112,10 +112,10 @@ class Scheduler(LogprobSteps, AsyncEngineSupport, SchedulerRpc):
     out (:meth:`take_outputs`).  Constructing one loads the models' tokenizers
     and engines and touches nothing else: no socket, no thread."""
 
-    def __init__(self, server_args: ServerArgs):
+    def __init__(self, server_args: ServerArgs, tokenizers: Optional[Dict[str, Any]] = None):
         self.server_args = server_args
         specs = server_args.model_specs()
-        tokenizers = load_tokenizers(specs, server_args.tokenizer_backend)
+        tokenizers = tokenizers or load_tokenizers(specs, server_args.tokenizer_backend)
         self.models = {s.name: ModelRuntime(s.name, tokenizers[s.name], s.engine, server_args.engine_step_delay)
                        for s in specs}
         self.default_model = specs[0].name

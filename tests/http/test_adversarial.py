@@ -315,7 +315,7 @@ def test_api_key_from_a_file_or_the_environment(tmp_path):
 # -- 14: smaller ---------------------------------------------------------------------
 @pytest.mark.fast
 def test_a_dead_detokenizer_is_logged_once():
-    srv = Server("--engine-step-delay", "0")
+    srv = Server("--engine-step-delay", "0", "--detokenizer", "process")
     try:
         c = srv.conn(timeout=30)
         c.request("POST", "/generate", body=json.dumps({"text": "x", "sampling_params": {

@@ -258,16 +258,21 @@ def test_the_detokenizer_runner_closes_what_it_bound(sock_dir):
 
 
 @pytest.mark.timeout(60)
-def test_the_scheduler_process_serves_its_inbox_and_removes_it_on_sigterm():
+@pytest.mark.parametrize("placement", ["process", "inline"])
+def test_the_scheduler_process_serves_its_inbox_and_removes_it_on_sigterm(placement):
+    """Its steps go to the detokenizer's inbox, or (``--detokenizer inline``)
+    decoded, to the tokenizer manager's."""
     sock_dir = tempfile.mkdtemp(prefix="mtok-cores-")
     port_args = PortArgs.in_dir(sock_dir)
     board = StatusBoard.create(port_args.status_name, 1)
     key = os.urandom(16)
-    detokenizer_inbox = Receiver(port_args.detokenizer_inbox, key)
+    detokenizer_inbox = Receiver(port_args.detokenizer_inbox if placement == "process" else port_args.reply_inbox,
+                                 key)
     ctx = multiprocessing.get_context("spawn")
     ready_r, ready_w = ctx.Pipe(duplex=False)
+    args = ServerArgs(detokenizer=placement)
     proc = ctx.Process(target=run_scheduler_process,
-                       args=(args_json(ServerArgs(), port_args), key, os.getpid(), ready_w), daemon=True)
+                       args=(args_json(args, port_args), key, os.getpid(), ready_w), daemon=True)
     proc.start()
     ready_w.close()
     to_scheduler = Sender(port_args.scheduler_inbox, key)
@@ -277,7 +282,14 @@ def test_the_scheduler_process_serves_its_inbox_and_removes_it_on_sigterm():
         got = []
         wait_for(lambda: got.extend(detokenizer_inbox.recv_all(0.2)) or
                  any(r is not None for m in got for r in m.finished_reasons), 30, what="the last step")
-        assert [i for m in got for i in m.decode_ids[0]] == [4, 5, 6]
+        if placement == "process":
+            assert [type(m) for m in got] == [BatchTokenIDOutput] * len(got)
+            assert [i for m in got for i in m.decode_ids[0]] == [4, 5, 6]
+        else:
+            assert [type(m) for m in got] == [BatchStrOutput] * len(got)
+            assert [i for m in got for i in m.output_ids[0]] == [4, 5, 6]
+            text = "".join(t for m in got for t in m.output_strs)
+            assert text == DetokenizerManager(args).tokenizer.decode([4, 5, 6])
         assert os.path.exists(port_args.scheduler_inbox)
         os.kill(proc.pid, signal.SIGTERM)
         proc.join(30)

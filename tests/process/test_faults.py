@@ -191,9 +191,10 @@ LONG = {"max_new_tokens": 20000, "ignore_eos": True}
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-@pytest.mark.parametrize("role", ["scheduler", "detokenizer"])
-def test_core_process_death_fails_requests_fast_and_stops(role, workers):
-    srv = Server("--tokenizer-worker-num", str(workers), "--engine-step-delay", "0.01")
+@pytest.mark.parametrize("role,placement", [("scheduler", "inline"), ("scheduler", "process"),
+                                            ("detokenizer", "process")])
+def test_core_process_death_fails_requests_fast_and_stops(role, placement, workers):
+    srv = Server("--tokenizer-worker-num", str(workers), "--engine-step-delay", "0.01", "--detokenizer", placement)
     kids = children_of(srv.pid)
     results = {}
 
