@@ -44,7 +44,8 @@ def test_launch_serves_until_stopped():
         pids = handle.pids
         assert pids["main"] == handle.pid and len(pids["workers"]) == 2
         kids = children_of(handle.pid)
-        assert {pids["scheduler"], pids["detokenizer"], *pids["workers"]} <= set(kids)
+        assert {pids["scheduler"], *pids["workers"]} <= set(kids)
+        assert "detokenizer" not in pids  # it runs in the scheduler's process (--detokenizer inline)
         info = client(handle).info()
         assert info["pid"] == handle.pid and info["processes"]["scheduler"] == pids["scheduler"]
         status, body = client(handle).post("/generate", {"input_ids": [15, 16, 17],
