@@ -130,7 +130,7 @@ class StatusBoard:
     def claim(self, index: int, pid: int, name: str = "", state: SlotState = SlotState.BOOTING) -> None:
         """Give a slot to a new process; its counters start from zero."""
         off = self._offset(index)
-        self.words[(off + _BEAT) // 8] = time.monotonic_ns()  # first, and never zero: it may be read meanwhile
+        self.words[self._word(index, _BEAT)] = time.monotonic_ns()  # first, and never zero: it may be read meanwhile
         self.buf[off : off + _BEAT] = bytes(_BEAT)
         self.buf[off + _BEAT + 8 : off + SLOT_SIZE] = bytes(SLOT_SIZE - _BEAT - 8)
         struct.pack_into("<IB", self.buf, off, pid, state)
@@ -139,18 +139,22 @@ class StatusBoard:
     def set_state(self, index: int, state: SlotState) -> None:
         struct.pack_into("<B", self.buf, self._offset(index) + 4, state)
 
+    def _word(self, index: int, field: int) -> int:
+        """Where in ``words`` the word-sized ``field`` (``_BEAT``, ``_SERVED``) of slot ``index`` is."""
+        return (self._offset(index) + field) // 8
+
     def heartbeat(self, index: int) -> None:
-        self.words[(self._offset(index) + _BEAT) // 8] = time.monotonic_ns()
+        self.words[self._word(index, _BEAT)] = time.monotonic_ns()
 
     def _beat(self, index: int) -> int:
-        return self.words[(self._offset(index) + _BEAT) // 8]
+        return self.words[self._word(index, _BEAT)]
 
     def last_beat(self, index: int) -> Tuple[int, int]:
         """The slot's (pid, heartbeat_ns): which process, and which beat."""
         return struct.unpack_from("<I", self.buf, self._offset(index))[0], self._beat(index)
 
     def set_served(self, index: int, n: int) -> None:
-        self.words[(self._offset(index) + _SERVED) // 8] = n
+        self.words[self._word(index, _SERVED)] = n
 
     def fewest_connections(self, index: int, n: int) -> bool:
         """Publish that worker ``index`` holds ``n`` open connections, and say
@@ -173,7 +177,7 @@ class StatusBoard:
         off = self._offset(index)
         pid, state, _, _, _, name = _SLOT.unpack_from(self.buf, off)
         age = (time.monotonic_ns() - self._beat(index)) / 1e9
-        served = self.words[(off + _SERVED) // 8]
+        served = self.words[self._word(index, _SERVED)]
         return SlotInfo(index, pid, SlotState(state), age, served, name.rstrip(b"\0").decode())
 
     def failure_message(self) -> str:
