@@ -162,6 +162,30 @@ class Server(ReadyProcess):
         assert status == 200, body
         return body
 
+    def conn_per_worker(self, n: int) -> List[http.client.HTTPConnection]:
+        """``n`` kept-alive connections, each answered by a different one of the ``n`` workers: a
+        worker accepts only while it holds the fewest connections (the default listen mode), so
+        connections opened while the others stay open spread over the workers.  Which worker
+        answered is the pid ``/get_server_info`` names; a connection landing on a worker already
+        held (one still counting a connection its client closed) is kept open, and another opened."""
+        by_pid: Dict[int, http.client.HTTPConnection] = {}
+        extra = []
+        for _ in range(4 * n):
+            if len(by_pid) == n:
+                break
+            c = self.conn()
+            status, body = self.get("/get_server_info", conn=c)
+            assert status == 200, body
+            pid = body["this_worker_pid"]
+            if pid in by_pid:
+                extra.append(c)
+            else:
+                by_pid[pid] = c
+        for c in extra:
+            c.close()
+        assert len(by_pid) == n, f"{4 * n} connections reached only the workers {sorted(by_pid)}"
+        return list(by_pid.values())
+
 
 def parse_sse(resp: Any) -> Iterator[Any]:
     for raw in resp:

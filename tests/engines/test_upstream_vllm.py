@@ -137,9 +137,12 @@ def test_the_context_limit_is_the_upstreams_when_it_is_smaller():
     small = VLLMStandIn(max_model_len=40)
     try:
         with serving("--engine", f"vllm:{small.url}", "--tokenizer-worker-num", "2", "--chat-template", ECHO_LAST) as s:
-            wait_for(lambda: all(s.get("/v1/models")[1]["data"][0]["max_model_len"] == 40 for _ in range(6)), 20,
-                     what="the workers to learn the upstream's max_model_len")
-            assert s.get("/get_model_info")[1]["context_length"] == 40
+            each = s.conn_per_worker(2)
+            wait_for(lambda: all(s.get("/v1/models", conn=c)[1]["data"][0]["max_model_len"] == 40 for c in each), 20,
+                     what="both workers to learn the upstream's max_model_len")
+            assert all(s.get("/get_model_info", conn=c)[1]["context_length"] == 40 for c in each)
+            for c in each:
+                c.close()
             long = " ".join(["word"] * 60)
             status, body = s.post("/v1/completions", {"prompt": long, "max_tokens": 1})
             assert status == 400 and "longer than the model's context length (40 tokens)" in body["error"]["message"]
