@@ -157,8 +157,8 @@ class Server(ReadyProcess):
             if own:
                 c.close()
 
-    def info(self) -> Dict[str, Any]:
-        status, body = self.get("/get_server_info")
+    def info(self, **kw: Any) -> Dict[str, Any]:
+        status, body = self.get("/get_server_info", **kw)
         assert status == 200, body
         return body
 
@@ -174,9 +174,7 @@ class Server(ReadyProcess):
             if len(by_pid) == n:
                 break
             c = self.conn()
-            status, body = self.get("/get_server_info", conn=c)
-            assert status == 200, body
-            pid = body["this_worker_pid"]
+            pid = self.info(conn=c)["this_worker_pid"]
             if pid in by_pid:
                 extra.append(c)
             else:
