@@ -59,6 +59,11 @@ class FinishReason:
     def _fields(self) -> tuple:
         return tuple(getattr(self, name) for name in self.__slots__)
 
+    def __reduce__(self) -> tuple:
+        """Pickled as the class and its fields, which its ``__init__`` takes in
+        that order: no slot name crosses the wire (see ``io_struct``'s messages)."""
+        return type(self), self._fields()
+
 
 class FinishStop(FinishReason):
     """A stop token (or eos) or a stop string matched; ``matched`` is None for a

@@ -15,7 +15,6 @@ Several messages ready at once cross in one system call each way: a
 
 from __future__ import annotations
 
-import contextlib
 import io
 import logging
 import os
@@ -31,7 +30,7 @@ from multiprocessing.connection import (
     answer_challenge,
     deliver_challenge,
 )
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import finish, io_struct
 from .frames import Frames, pack, write_all
@@ -41,14 +40,16 @@ logger = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT = 5.0
 MAX_DRAIN_ROUNDS = 64  # polls per recv_bytes_all, so a chatty peer cannot starve the caller
 
-_ALLOWED = {(cls.__module__, cls.__qualname__) for cls in io_struct.MESSAGE_TYPES + finish.FINISH_TYPES}
+# (module, name) -> the class itself: an allowed name is answered from here, with no import
+_ALLOWED = {(cls.__module__, cls.__qualname__): cls for cls in io_struct.MESSAGE_TYPES + finish.FINISH_TYPES}
 
 
 class _MessageUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}: not an mtok message")
+        cls = _ALLOWED.get((module, name))
+        if cls is None:
+            raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}: not an mtok message")
+        return cls
 
 
 def dumps(obj: Any) -> bytes:
@@ -322,6 +323,7 @@ class SharedSender:
         self.on_failure = on_failure
         self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # put and get_nowait are atomic
         self._writing = threading.Lock()  # only ever tried, never waited on (but in close)
+        self._cork = _Cork(self)
 
     def send(self, obj: Any) -> None:
         self._queue.put((dumps(obj), obj))
@@ -336,27 +338,20 @@ class SharedSender:
             if self._queue.empty():  # else whatever was queued meanwhile: write it, or see another writing it
                 return
 
-    @contextlib.contextmanager
-    def corked(self) -> Iterator[None]:
+    def corked(self) -> "_Cork":
         """Hold the writes for the ``with`` block: what is sent meanwhile, by any
         thread, goes out in one write at its end.  The event loop holds it over
         each turn, so that the requests of one turn are one message to the router."""
-        with self._writing:
-            try:
-                yield
-            finally:
-                self._flush()
-        self._write_queued()  # what was queued after that flush
+        return self._cork
 
     def _flush(self) -> None:
-        batch = []
-        try:
-            while True:
-                batch.append(self._queue.get_nowait())
-        except queue.Empty:
-            pass
-        if not batch:
+        # Only the holder of _writing takes from the queue, so what empty() denies is there to get.
+        q = self._queue
+        if q.empty():  # most of the loop's turns: nothing sent
             return
+        batch = []
+        while not q.empty():
+            batch.append(q.get_nowait())
         try:
             self.sender.send_all([data for data, _ in batch])
         except ConnectionError as e:
@@ -370,6 +365,26 @@ class SharedSender:
         with self._writing:
             self._flush()
         self.sender.close()
+
+
+class _Cork:
+    """:meth:`SharedSender.corked`'s context manager, a class rather than a
+    generator: the event loop enters one on every turn.  It keeps no state of its
+    own (the lock is the sender's), so one object serves every ``with``, on any thread."""
+
+    def __init__(self, sender: SharedSender):
+        self._sender = sender
+
+    def __enter__(self) -> None:
+        self._sender._writing.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        sender = self._sender
+        try:
+            sender._flush()
+        finally:
+            sender._writing.release()
+        sender._write_queued()  # what was queued after that flush
 
 
 class SenderWrapper:

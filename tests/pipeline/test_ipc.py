@@ -239,3 +239,27 @@ def test_merge_outputs_keeps_every_logprob_row():
     assert merged[0].logprobs == [{"output_token_logprobs": [[-0.5, 1, "t"], [-0.7, 2, "t"], [-0.9, 4, "t"]]},
                                   None, {"output_token_logprobs": [[-0.1, 3, "t"]]}]
     assert msgs[0].logprobs[0] == {"output_token_logprobs": [[-0.5, 1, "t"]]}  # inputs untouched
+
+
+def test_every_message_crosses_by_position_and_comes_back_equal():
+    """A message is pickled as its class and its fields' values (no field name on
+    the wire), rebuilt through the allow-list, and equal to what was sent; one that
+    holds more than its fields keeps that too."""
+    import dataclasses
+
+    from mtok.wire import finish, io_struct
+
+    for cls in io_struct.MESSAGE_TYPES:
+        fields = dataclasses.fields(cls)
+        msg = cls(*[f"value {i}" for i in range(len(fields))])  # every field set, each to a value of its own
+        data = ipc.dumps(msg)
+        assert ipc.loads(data) == msg, cls.__name__
+        assert not any(f.name.encode() in data for f in fields if len(f.name) > 3), cls.__name__
+    req = TokenizedGenerateReqInput(rid="r", input_ids=[1, 2, 3])
+    req.note = "not a field"
+    back = ipc.loads(ipc.dumps(req))
+    assert back == req and back.note == "not a field"
+    for reason in (finish.FinishStop(), finish.FinishStop(7), finish.FinishStop("</s>"), finish.FinishLength(3),
+                   finish.FinishAbort("too long", 400, "max_tokens")):
+        data = ipc.dumps(reason)
+        assert ipc.loads(data) == reason and b"status_code" not in data and b"matched" not in data
