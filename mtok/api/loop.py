@@ -185,6 +185,8 @@ class EventLoop(Responder):
             self.acceptor.watch(None)
             self._accept_stopped.set()
         for pool in (self.offload, self.waiting):
+            if not pool.done:  # most turns: nothing came back from either pool
+                continue
             for (conn, task, then), outcome in pool.settled():
                 if self._still(conn, WAITING) and conn.task is task:
                     conn.task = None
