@@ -43,7 +43,7 @@ from ..wire.ipc import SharedSender, Receiver, Sender, SenderWrapper
 from .limits import new_rid
 from ..wire.metrics import Metrics
 from ..models import ModelEntry, load_tokenizers
-from .batch_encode import BatchEncoder
+from .batch_encode import BatchEncoder, usable_cores
 from .prepare import embedding_reqs, generate_reqs, given_ids, prompt_texts
 from .request_handle import ReqState, RequestHandle
 from ..tokenizer import Tokenizer
@@ -73,7 +73,8 @@ class TokenizerManager:
         self.models = self._load_models(server_args)
         self.default_model = next(iter(self.models.values()))
         self.rid_to_state: Dict[str, ReqState] = {}
-        self.encoder = BatchEncoder()  # submit_all's: many calls' prompts tokenized together
+        # submit_all's: many calls' prompts tokenized together, on two threads while the workers leave a core free
+        self.encoder = BatchEncoder(split=server_args.tokenizer_worker_num < usable_cores())
         self.rpc_waiters: Dict[str, "queue.SimpleQueue[RpcOutput]"] = {}
         self.failure: Optional[str] = None
         self.metrics = Metrics()  # this process's counters; the HTTP server counts into them too

@@ -17,6 +17,7 @@ import socket
 
 import pytest
 
+from mtok.managers.batch_encode import BatchEncoder, usable_cores
 from mtok.managers.prepare import ENCODE_SLICE
 from mtok.managers.tokenizer_manager import TokenizerManager
 from mtok.tokenizer.load import load_tokenizer
@@ -44,18 +45,30 @@ def counting(tokenizer):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("backend, batches", [("python", [7]), ("hf", [3, 4])])
-def test_one_models_texts_are_encoded_in_one_batch_and_each_call_gets_its_own(backend, batches):
+@pytest.mark.parametrize("backend, split, batches",
+                         [("python", True, [7]), ("hf", True, [3, 4]), ("hf", False, [7])])
+def test_one_models_texts_are_encoded_in_one_batch_and_each_call_gets_its_own(backend, split, batches):
     if backend == "hf":
         import_real("tokenizers")
     tm = manager(tokenizer_backend=backend)
+    tm.encoder = BatchEncoder(split=split)
     model = tm.default_model
     calls = {"a": (model, TEXTS[:2], None), "b": (model, TEXTS[2:3], None), "c": (model, TEXTS[3:] + TEXTS[:3], None)}
     seen = counting(model.tokenizer)
     got = tm.encoder.encode(calls)
-    assert seen == batches  # hf: two halves, one in a helper thread; python: one call
+    assert seen == batches  # hf split: two halves, one in a helper thread; else one call
     own = load_tokenizer(None, backend)
     assert got == {k: [own.encode(t) for t in texts] for k, (_, texts, _) in calls.items()}
+
+
+@pytest.mark.unit
+def test_a_worker_splits_its_batches_only_while_the_workers_leave_a_core_free(monkeypatch):
+    import os
+
+    for cores, workers, split in ((2, 1, True), (2, 2, False), (1, 1, False), (16, 8, True), (16, 16, False)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)), raising=False)
+        assert usable_cores() == cores
+        assert manager(tokenizer_worker_num=workers).encoder.split is split, (cores, workers)
 
 
 @pytest.mark.unit
