@@ -17,7 +17,7 @@ core, each worker's helper only takes a core from another worker, and every
 turn still pays the hand-off between the two threads: at N = 2 on 2 cores,
 2 KB ``/generate`` of natural text did ~12% more requests per second without
 it (four alternating rounds of ``python -m mtok.bench load``, 2026-12-06),
-while at N = 1 the helper is worth ~25%.
+while at N = 1 the helper was worth ~25% (one round of each).
 
 Each call keeps its own outcome: a text the tokenizer refuses (a lone
 surrogate, say) fails only its call, which is then encoded alone to find it;
