@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every figure and curve in docs/benchmarks.md, in one run (about 17 minutes on 2 cores).
+# Every figure and curve in docs/benchmarks.md, in one run (about 12 minutes on 2 cores, 10 more with MTOK_VLLM_VENV).
 #
 #   python -m venv /tmp/venv-peers && /tmp/venv-peers/bin/pip install -r benchmarks/peers/requirements.txt
 #   benchmarks/run_all.sh /tmp/venv-peers/bin/python
