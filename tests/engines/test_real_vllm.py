@@ -327,17 +327,24 @@ def test_abort_request(front):
 def test_engine_killed_mid_stream(vllm_ids_only, vllm_model, sig):
     """vLLM's API server killed while mtok streams from it: the client gets an
     error event within seconds, mtok's /health says 503, and both recover
-    when vLLM is back on its port."""
+    when vLLM is back on its port.  SIGTERM is an orderly stop: a request
+    vLLM finishes before its shutdown reaches it (a fast machine) may come
+    whole instead, but never cut short and called finished: its usage then
+    counts every token asked for."""
     with restarted(vllm_ids_only):
         srv = mtok_before(vllm_ids_only, vllm_model, 2)
         try:
             engine = Peer(vllm_ids_only.port)
-            conn, events, first, before = stream_running_early(srv, engine, "/v1/completions", LONG)
+            body = dict(LONG, stream_options={"include_usage": True})
+            conn, events, first, before = stream_running_early(srv, engine, "/v1/completions", body)
             conn.sock.settimeout(20)  # "within seconds": a stream silent this long fails the test
             vllm_ids_only.signal_api_server(sig)
             got = list(events)  # socket.timeout: a stream held silent (difference 3 of issue 26)
             errors = [e for e in got if isinstance(e, dict) and "error" in e]
-            assert errors and got[-1] == "[DONE]", (len(got), finish_of(got), got[-3:])
+            usage = [e["usage"] for e in got if isinstance(e, dict) and e.get("usage")]
+            whole = sig == signal.SIGTERM and finish_of(got) == ["length"] and \
+                [u["completion_tokens"] for u in usage] == [LONG["max_tokens"]]
+            assert (errors or whole) and got[-1] == "[DONE]", (len(got), finish_of(got), usage, got[-3:])
             wait_for(lambda: srv.get("/health")[0] == 503, 15, what="mtok's /health to say 503")
             vllm_ids_only.restart()
             wait_for(lambda: srv.get("/health")[0] == 200, 15, what="mtok's /health to recover")
