@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import socket
@@ -11,7 +12,7 @@ import threading
 import pytest
 
 from support import wait_for
-from mtok.wire import ipc, socket_mapping
+from mtok.wire import finish, io_struct, ipc, socket_mapping
 from mtok.wire.io_struct import AbortReq, BatchStrOutput, TokenizedGenerateReqInput
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
@@ -62,6 +63,30 @@ def test_authenticated_peer_still_cannot_unpickle_arbitrary_objects(sock_dir):
         assert [m.rid for m in got] == ["after"]
         with pytest.raises(pickle.UnpicklingError):
             ipc.loads(pickle.dumps(Evil()))
+    finally:
+        rx.close()
+
+
+class WrongArity:
+    """An allowed message class called with more arguments than it has fields."""
+
+    def __reduce__(self):
+        return (TokenizedGenerateReqInput, tuple(range(100)))
+
+
+def test_an_allowed_class_called_wrongly_or_a_cut_message_costs_only_itself(sock_dir):
+    """A message is rebuilt by calling its class with what the wire says: a peer
+    that says too much, or sends half a message, loses that message; the next
+    one from the same peer is read."""
+    name = ipc.ipc_name(sock_dir, "r")
+    rx = ipc.Receiver(name, KEY)
+    try:
+        s = ipc.Sender(name, KEY)
+        s.send_bytes(pickle.dumps(WrongArity(), protocol=pickle.HIGHEST_PROTOCOL))
+        s.send_bytes(ipc.dumps(TokenizedGenerateReqInput(rid="cut", input_ids=[1, 2, 3]))[:-7])
+        s.send(AbortReq(rid="after"))
+        got = drain(rx, 1)
+        assert [m.rid for m in got] == ["after"]
     finally:
         rx.close()
 
@@ -245,10 +270,6 @@ def test_every_message_crosses_by_position_and_comes_back_equal():
     """A message is pickled as its class and its fields' values (no field name on
     the wire), rebuilt through the allow-list, and equal to what was sent; one that
     holds more than its fields keeps that too."""
-    import dataclasses
-
-    from mtok.wire import finish, io_struct
-
     for cls in io_struct.MESSAGE_TYPES:
         fields = dataclasses.fields(cls)
         msg = cls(*[f"value {i}" for i in range(len(fields))])  # every field set, each to a value of its own

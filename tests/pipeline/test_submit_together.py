@@ -13,6 +13,7 @@ chat (prepared on the pool) among them, and check every answer's prompt.
 from __future__ import annotations
 
 import json
+import os
 import socket
 
 import pytest
@@ -63,8 +64,6 @@ def test_one_models_texts_are_encoded_in_one_batch_and_each_call_gets_its_own(ba
 
 @pytest.mark.unit
 def test_a_worker_splits_its_batches_only_while_the_workers_leave_a_core_free(monkeypatch):
-    import os
-
     for cores, workers, split in ((2, 1, True), (2, 2, False), (1, 1, False), (16, 8, True), (16, 16, False)):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)), raising=False)
         assert usable_cores() == cores
