@@ -50,3 +50,32 @@ def test_tokenizer_bench_multi_script_text_on_the_cpu_clock(tmp_path):
     assert doc["params"]["text"] == "multi" and doc["params"]["clock"] == "cpu"
     mine = [r for r in doc["results"] if r["backend"] == "mtok"]
     assert len(mine) == 1 and "note" not in mine[0] and mine[0]["encode_cold_mb_s"] > 0, mine
+
+
+def test_measured_sets_are_disjoint_and_never_among_the_warm_documents():
+    """A warm figure timed on text the tokenizer has already seen would time its caches."""
+    from mtok.bench.tokenizer import documents
+
+    measured, warm = documents(5, 20, sets=3)
+    assert len(measured) == 15 and len(set(measured)) == 15
+    assert not set(measured) & set(warm) and len(warm) == 20
+
+
+def test_each_set_is_timed_cold_on_a_fresh_load_and_warm_on_first_sight():
+    from mtok.bench import tokenizer as bench
+
+    seen = []  # what each loaded instance encoded, in order
+
+    class Recording(bench.Backend):
+        name, module = "recording", "json"
+
+        def load(self, path):
+            mine = []
+            seen.append(mine)
+            return (lambda text: mine.append(text) or [len(text)]), (lambda ids: "x" * sum(ids))
+
+    sets, warm = [["a1", "a2"], ["b1"], ["c1", "c2"]], ["w1", "w2"]
+    row = bench.measure(lambda: Recording("f"), sets, warm, repeat=2)
+    assert seen[:3] == sets  # a fresh load per set for the cold figure
+    assert seen[3] == warm + [d for s in sets for d in s]  # warmed on others, then each set once
+    assert len(seen) == 4 and row["tokens"] == 5
