@@ -19,7 +19,6 @@ from .. import TokenizerError
 _UNK_PENALTY = 10.0
 _U64_MAX = (1 << 64) - 1
 _POW10 = tuple(float("1e%d" % i) for i in range(309))
-_MISSING = object()
 _NO_PATH = float("-inf")
 _CACHE_PIECE_LEN = 256
 _CACHE_ENTRIES = 1 << 16
@@ -38,12 +37,12 @@ class Unigram:
         self.vocab: Dict[str, int] = {p: i for i, (p, _) in enumerate(self.pieces)}  # a repeat keeps its last id
         self.min_score = min((s for _, s in self.pieces), default=float("inf"))
         self._unk_score = self.min_score - _UNK_PENALTY
-        # Every prefix of a piece maps to None, every piece to (id, score): the walk from a
-        # position stops at the first substring that starts no piece.
-        self._prefixes: Dict[str, Optional[Tuple[int, float]]] = {}
+        # Every piece maps to (id, score), every other prefix of a piece to () (false): the
+        # walk from a position stops at the first substring that is neither (get: None).
+        self._prefixes: Dict[str, Tuple] = {}
         for piece in self.vocab:
             for k in range(1, len(piece)):
-                self._prefixes.setdefault(piece[:k], None)
+                self._prefixes.setdefault(piece[:k], ())
         for piece, i in self.vocab.items():
             if piece:
                 self._prefixes[piece] = (i, self.pieces[i][1])
@@ -80,7 +79,7 @@ class Unigram:
         """The ids of ``piece`` (the returned list may be shared: do not mutate it)."""
         ids = self._cache.get(piece)
         if ids is None:
-            ids = self._ids(self.segment(piece))
+            ids = self._ids_of(piece)
             if len(piece) < _CACHE_PIECE_LEN:
                 if len(self._cache) >= _CACHE_ENTRIES:
                     self._cache.clear()
@@ -89,39 +88,30 @@ class Unigram:
 
     def segment(self, s: str) -> List[Tuple[str, Optional[int]]]:
         """The best path as ``(text, id)`` pairs, with fused unknown runs given the id None."""
-        n = len(s)
-        if not n:
+        return self._path(s, *self._viterbi(s)) if s else []
+
+    def _ids_of(self, s: str) -> List[int]:
+        """The ids of the best path, read straight off it unless it has an unknown run."""
+        if not s:
             return []
-        prefixes, unk_id, unk_score = self._prefixes, self.unk_id, self._unk_score
-        # -inf marks "no path yet": any real score beats it, and later equal scores do not
-        # replace a path (ties keep the one found first).
-        score = [_NO_PATH] * (n + 1)
-        score[0] = 0.0
-        back = [-1] * (n + 1)  # where the best path into each position starts
-        ids = [0] * (n + 1)
-        get = prefixes.get
-        for i in range(n):
-            base = score[i]
-            hit = get(s[i], _MISSING)
-            single = hit is not _MISSING and hit is not None
-            k = i + 1
-            while hit is not _MISSING:
-                if hit is not None:
-                    candidate = hit[1] + base
-                    if candidate > score[k]:
-                        score[k], back[k], ids[k] = candidate, i, hit[0]
-                k += 1
-                if k > n:
-                    break
-                hit = get(s[i:k], _MISSING)
-            if not single:
-                candidate = unk_score + base
-                if candidate > score[i + 1]:
-                    if unk_id is None:
-                        raise TokenizerError("Unigram: encountered an unknown token but unk_id is missing")
-                    score[i + 1], back[i + 1], ids[i + 1] = candidate, i, unk_id
+        back, ids = self._viterbi(s)
+        unk_id = self.unk_id
+        out: List[int] = []
+        end = len(s)
+        while end > 0:
+            i = ids[end]
+            if i == unk_id:
+                return self._ids(self._path(s, back, ids))
+            out.append(i)
+            end = back[end]
+        out.reverse()
+        return out
+
+    def _path(self, s: str, back: List[int], ids: List[int]) -> List[Tuple[str, Optional[int]]]:
+        """The path ``_viterbi`` found, as ``segment`` returns it."""
+        unk_id = self.unk_id
         out: List[Tuple[str, Optional[int]]] = []
-        end, unk_end = n, -1
+        end, unk_end = len(s), -1
         while end > 0:
             start = back[end]
             if ids[end] == unk_id:
@@ -137,6 +127,43 @@ class Unigram:
             out.append((s[0:unk_end], None))
         out.reverse()
         return out
+
+    def _viterbi(self, s: str) -> Tuple[List[int], List[int]]:
+        """For each end position of ``s``, where the best path into it starts and the id
+        of its last piece (``unk_id`` for an unknown character)."""
+        n = len(s)
+        prefixes, unk_id, unk_score = self._prefixes, self.unk_id, self._unk_score
+        # -inf marks "no path yet": any real score beats it, and later equal scores do not
+        # replace a path (ties keep the one found first).
+        score = [_NO_PATH] * (n + 1)
+        score[0] = 0.0
+        back = [-1] * (n + 1)  # where the best path into each position starts
+        ids = [0] * (n + 1)
+        get = prefixes.get
+        for i in range(n):
+            base = score[i]
+            hit = get(s[i])
+            if not hit:  # no one-character piece: the unknown competes for i + 1 (and only it)
+                candidate = unk_score + base
+                if candidate > score[i + 1]:
+                    if unk_id is None:
+                        raise TokenizerError("Unigram: encountered an unknown token but unk_id is missing")
+                    score[i + 1], back[i + 1], ids[i + 1] = candidate, i, unk_id
+                if hit is None:
+                    continue
+            k = i + 1
+            while True:
+                if hit:
+                    candidate = hit[1] + base
+                    if candidate > score[k]:
+                        score[k], back[k], ids[k] = candidate, i, hit[0]
+                if k == n:
+                    break
+                k += 1
+                hit = get(s[i:k])
+                if hit is None:
+                    break
+        return back, ids
 
     def _ids(self, path: List[Tuple[str, Optional[int]]]) -> List[int]:
         ids: List[int] = []
