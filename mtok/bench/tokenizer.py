@@ -212,22 +212,21 @@ def _decode_all(decode: Decode, seqs: Sequence[List[int]]) -> float:
 def measure(make: Callable[[], Backend], sets: List[List[str]], warm: List[str], repeat: int) -> Dict:
     """The best of ``sets`` (each a list of documents): encode cold on a fresh load each,
     encode warm on one load warmed on ``warm`` and not on the set, decode best of ``repeat``."""
+    sizes = list(map(_size, sets))
     loads, cold, ids = [], [], []
-    backend: Optional[Backend] = None
-    for docs in sets:
-        backend = None  # freed before the next load, which would otherwise load beside it
+    for docs, size in zip(sets, sizes):
         backend = make()
         loads.append(backend.load_s)
         seconds, got = _encode_all(backend.encode, docs)
-        cold.append(_size(docs) / seconds)
+        cold.append(size / seconds)
         ids += got
-    backend = None
+        del backend  # freed before the next load, which would otherwise load beside it
     backend = make()
     _encode_all(backend.encode, warm)
     warm_rates = []
-    for docs in sets:  # each set once: its first sight for this tokenizer
+    for docs, size in zip(sets, sizes):  # each set once: its first sight for this tokenizer
         seconds, got = _encode_all(backend.encode, docs)
-        warm_rates.append((_size(docs) / seconds, sum(map(len, got)) / seconds))
+        warm_rates.append((size / seconds, sum(map(len, got)) / seconds))
     first = ids[: len(ids) // len(sets)]
     decode_s = min(_decode_all(backend.decode, first) for _ in range(repeat))
     decoded = sum(len(backend.decode(i).encode("utf-8")) for i in first)

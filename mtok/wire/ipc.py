@@ -322,7 +322,7 @@ class SharedSender:
         self.sender = sender
         self.on_failure = on_failure
         self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # put and get_nowait are atomic
-        self._writing = threading.Lock()  # only ever tried, never waited on (but in close)
+        self._writing = threading.Lock()  # only ever tried, never waited on (but by a cork and in close)
         self._cork = _Cork(self)
 
     def send(self, obj: Any) -> None:
